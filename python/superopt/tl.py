@@ -1,0 +1,79 @@
+"""The one module that calls TileLang.
+
+TileLang's API moves between minor releases (``tilelang.intrinsics`` became
+``tilelang.cuda.intrinsics`` in 0.1.13), so every call the lowering makes goes through
+here. Pinned: TileLang 0.1.15 (see ``pyproject.toml`` and ``../shared/design/TILELANG.md``).
+
+Lowering and compiling need no GPU: :func:`lower_to_cuda` turns a ``T.prim_func`` into
+CUDA C for ``sm_90a`` and, with ``device_compile=True``, also runs nvcc on it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+#: The Hopper target. ``sm_90a`` rather than ``sm_90``: the warp-specialised templates use
+#: ``setmaxnreg``, which nvcc rejects for plain sm_90 (TILELANG.md).
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+
+
+def lower_to_cuda(prim_func: Any, *, device_compile: bool = False) -> str:
+    """Lower one ``T.prim_func`` to CUDA C source for sm_90a, without a GPU.
+
+    Args:
+        prim_func: a TileLang ``T.prim_func``.
+        device_compile: also compile the CUDA C to a cubin with the local nvcc (about 4 s
+            per GEMM-class kernel on a 2-core machine; 0.4 s without).
+
+    Returns:
+        The CUDA C source of the device module.
+
+    Raises:
+        Whatever TileLang raises for a kernel it cannot lower (layout inference, shared
+        memory overflow); callers wrap it in :class:`superopt.errors.LoweringError`.
+    """
+    import tilelang
+    from tilelang import tvm
+
+    with tvm.target.Target(SM90A):
+        artifact = tilelang.lower(prim_func, target=SM90A, enable_device_compile=device_compile)
+    return str(artifact.kernel_source)
+
+
+def compile_kernel(prim_func: Any, out_idx: list[int] | None = None) -> Any:
+    """Compile a ``T.prim_func`` into a callable ``JITKernel`` for the local GPU.
+
+    Args:
+        prim_func: a TileLang ``T.prim_func``.
+        out_idx: indices of parameters that the call allocates and returns; ``None``
+            when the caller passes every tensor (our launchers do).
+
+    Returns:
+        A ``tilelang.JITKernel``; call it with torch CUDA tensors.
+    """
+    import tilelang
+
+    return tilelang.compile(prim_func, out_idx=out_idx, target="cuda")
+
+
+def import_module_file(path: str | Path, name: str | None = None) -> ModuleType:
+    """Import a generated kernel module from its ``.py`` file.
+
+    TileLang reads a ``@T.prim_func``'s source with ``inspect``, so generated kernels must
+    live in real files (TILELANG.md); this imports one under a unique module name.
+    """
+    path = Path(path)
+    name = name or f"superopt_generated_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import generated kernel module {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
