@@ -1,0 +1,225 @@
+"""Reference semantics: the float64 ground truth every kernel and every plan is checked against.
+
+:func:`evaluate` interprets a :class:`~superopt.dag.Graph` node by node with einsum and
+named-axis broadcasting, in float64, on numpy arrays (CPU) or torch tensors (any device:
+the runner evaluates on the GPU in float64 so that fresh inputs per check stay cheap).
+
+Mirrors the denotation ``Superopt.Semantics.denote`` in Lean.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from typing import Any, Mapping
+
+import numpy as np
+
+from .dag import Graph, Node
+from .errors import SchemaError
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+class _Ops:
+    """The handful of array operations evaluation needs, for numpy or torch."""
+
+    def __init__(self, torch_mode: bool, like: Any = None) -> None:
+        self.torch = torch_mode
+        if torch_mode:
+            import torch
+            self.t = torch
+            self.device = like.device if like is not None else "cpu"
+
+    def scalar(self, v: float):
+        if self.torch:
+            return self.t.tensor(float(v), dtype=self.t.float64, device=self.device)
+        return np.float64(v)
+
+    def f64(self, x):
+        if self.torch:
+            return x.to(self.t.float64)
+        return np.asarray(x, dtype=np.float64)
+
+    def __getattr__(self, name):  # exp, sqrt, maximum, einsum ...
+        return getattr(self.t if self.torch else np, name)
+
+
+def align(x, axes: tuple[str, ...], out_axes: tuple[str, ...], ops: _Ops | None = None):
+    """View ``x`` (with named ``axes``) in the axis order of ``out_axes``, size-1 where absent."""
+    perm = [axes.index(a) for a in out_axes if a in axes]
+    if perm != list(range(len(axes))):
+        x = x.permute(*perm) if _is_torch(x) else np.transpose(x, perm)
+    shape = [x.shape[[a for a in out_axes if a in axes].index(a)] if a in axes else 1
+             for a in out_axes]
+    return x.reshape(shape)
+
+
+def apply_unary(op: str, x, ops: _Ops):
+    if op == "exp":
+        return ops.exp(x)
+    if op == "exp2":
+        return ops.exp2(x)
+    if op == "silu":
+        return x / (1.0 + ops.exp(-x))
+    if op == "square":
+        return x * x
+    if op == "rsqrt":
+        return 1.0 / ops.sqrt(x)
+    if op == "sqrt":
+        return ops.sqrt(x)
+    if op == "neg":
+        return -x
+    if op == "recip":
+        return 1.0 / x
+    raise ValueError(op)
+
+
+def apply_binary(op: str, x, y, ops: _Ops):
+    if op == "add":
+        return x + y
+    if op == "sub":
+        return x - y
+    if op == "mul":
+        return x * y
+    if op == "div":
+        return x / y
+    if op == "max":
+        return ops.maximum(x, y)
+    raise ValueError(op)
+
+
+def einsum_spec(a_axes, b_axes, axis_a, axis_b, out_axes) -> str:
+    """The einsum string of ``matmul(a, b, axis_a, axis_b)`` (contracted axes share a letter)."""
+    letters: dict[str, str] = {}
+    pool = iter(string.ascii_letters)
+    for ax in list(a_axes) + list(b_axes):
+        if ax not in letters:
+            letters[ax] = next(pool)
+    la = "".join(letters[a] for a in a_axes)
+    lb = "".join(letters[axis_a] if a == axis_b else letters[a] for a in b_axes)
+    lo = "".join(letters[a] for a in out_axes)
+    return f"{la},{lb}->{lo}"
+
+
+def eval_node(graph: Graph, node: Node, vals: list, ops: _Ops):
+    """The float64 value of one node given its arguments' values (used by the interpreter too)."""
+    op = node.op
+    if op == "size":
+        return ops.scalar(graph.size(node.axis))
+    if op in ("eps", "const"):
+        return ops.scalar(node.value)
+    args = [vals[a] for a in node.args]
+    arg_axes = [graph.nodes[a].axes for a in node.args]
+    if node.is_elementwise and len(args) == 1:
+        return apply_unary(op, args[0], ops)
+    if node.is_elementwise:
+        x = align(args[0], arg_axes[0], node.axes)
+        y = align(args[1], arg_axes[1], node.axes)
+        return apply_binary(op, x, y, ops)
+    if op == "reduce":
+        dim = arg_axes[0].index(node.axis)
+        x = args[0]
+        if node.fn == "sum":
+            return x.sum(dim) if ops.torch else x.sum(axis=dim)
+        if x.shape[dim] == 0:  # max over an empty axis is -inf (the identity of max)
+            shape = [s for i, s in enumerate(x.shape) if i != dim]
+            return ops.full(shape, -math.inf, dtype=x.dtype, **({"device": x.device} if ops.torch else {}))
+        return x.amax(dim) if ops.torch else x.max(axis=dim)
+    if op == "matmul":
+        spec = einsum_spec(arg_axes[0], arg_axes[1], node.axis, node.axis_b, node.axes)
+        return ops.einsum(spec, args[0], args[1])
+    raise ValueError(f"cannot evaluate op {op!r}")
+
+
+def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False):
+    """Evaluate ``graph`` in float64.
+
+    Args:
+        graph: a checked graph.
+        inputs: input name → array of the input's shape (any float dtype; numpy or torch,
+            not mixed). Cast to float64 first.
+        all_nodes: return the list of every node's value instead of the output.
+
+    Returns:
+        The output as float64 numpy array / torch tensor, shaped ``graph.output_shape``
+        (axes ``graph.output_axes``).
+
+    Raises:
+        SchemaError: an input missing, or of the wrong shape, naming it.
+    """
+    first = next(iter(inputs.values()), None)
+    ops = _Ops(_is_torch(first), first)
+    vals: list = [None] * len(graph.nodes)
+    live = graph.live_nodes() if not all_nodes else set(range(len(graph.nodes)))
+    for i, node in enumerate(graph.nodes):
+        if i not in live:
+            continue
+        if node.op == "input":
+            if node.name not in inputs:
+                raise SchemaError(f"input {node.name!r} is missing", path=f"inputs.{node.name}")
+            x = inputs[node.name]
+            if tuple(x.shape) != graph.shape(i):
+                raise SchemaError(f"input {node.name!r} has shape {tuple(x.shape)}, expected "
+                                  f"{graph.shape(i)} for axes {list(node.axes)}",
+                                  path=f"inputs.{node.name}")
+            vals[i] = ops.f64(x)
+        else:
+            vals[i] = eval_node(graph, node, vals, ops)
+    return vals if all_nodes else vals[graph.output]
+
+
+def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None = None,
+                  dtype: Any = None, device: Any = None) -> dict[str, Any]:
+    """Seeded N(0, σ²) inputs for ``graph``.
+
+    Args:
+        seed: the generator seed (the same seed gives the same values on any machine for
+            the numpy path; the torch path uses ``torch.Generator(device)``).
+        scales: input name → σ (default: the workload's documented scales, else 1.0).
+        dtype: ``None`` → numpy float64; a torch dtype → torch tensors of that dtype on
+            ``device`` (the values are drawn in float32 then cast).
+
+    Returns:
+        input name → array.
+    """
+    if scales is None:
+        from .workloads import WORKLOADS
+        w = WORKLOADS.get(graph.name)
+        scales = w.input_scales(graph.sizes) if w is not None and set(w.reference_case) == set(graph.sizes) else {}
+    out: dict[str, Any] = {}
+    if dtype is None:
+        rng = np.random.default_rng(seed)
+        for name, shape in graph.inputs:
+            out[name] = rng.standard_normal(shape) * scales.get(name, 1.0)
+        return out
+    import torch
+    gen = torch.Generator(device=device or "cpu")
+    gen.manual_seed(seed)
+    for name, shape in graph.inputs:
+        x = torch.randn(shape, generator=gen, device=device or "cpu", dtype=torch.float32)
+        out[name] = (x * scales.get(name, 1.0)).to(dtype)
+    return out
+
+
+def relative_error(out, ref) -> float:
+    """‖out − ref‖_F / ‖ref‖_F in float64 (``inf`` for NaN/Inf in ``out``; 0/0 → 0)."""
+    if _is_torch(out):
+        import torch
+        o = out.detach().to(torch.float64)
+        r = ref.detach().to(device=o.device, dtype=torch.float64)
+        if not bool(torch.isfinite(o).all()):
+            return math.inf
+        num, den = float(torch.linalg.vector_norm(o - r)), float(torch.linalg.vector_norm(r))
+    else:
+        o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        if not np.isfinite(o).all():
+            return math.inf
+        num, den = float(np.linalg.norm(o - r)), float(np.linalg.norm(r))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
