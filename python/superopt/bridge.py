@@ -1,0 +1,137 @@
+"""The one module the C++/Lean bridge calls: ``handle(bytes) -> bytes``.
+
+``bridge/`` embeds CPython and calls :func:`handle` with the bytes of a request
+(``docs/wire.md`` 4.3); the answer is always the bytes of one response map, never an
+exception: a failure of any kind becomes an error response
+``{"v": 1, "kind": "error", "error": {"kind", "message", "path"}}``.
+
+Requests and the functions that serve them (imported lazily, so that ``ping`` and the
+error paths work without the heavy backend modules):
+
+=========  ==================================================================  ============
+request    backend call                                                        response
+=========  ==================================================================  ============
+ping       --                                                                  pong
+derive     ``superopt.derive.derive_all(graph, max_depth)``                    derivations
+lower      ``superopt.lower.lower_derivation(graph, derivation, config)``      lowered
+tune       ``superopt.search.tune(graph, derivations, dtype, budget_candidates,  results
+           budget_seconds, out_dir)``
+=========  ==================================================================  ============
+
+Example::
+
+    >>> from superopt import wire
+    >>> wire.decode(handle(wire.encode({"v": 1, "kind": "ping"})))["kind"]
+    'pong'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping
+
+from . import wire
+from .errors import SuperoptError
+
+#: Returned if even the error response cannot be encoded (never expected).
+_FALLBACK = wire.encode({"v": wire.WIRE_VERSION, "kind": "error",
+                         "error": {"kind": "internal",
+                                   "message": "the error response could not be encoded",
+                                   "path": ""}})
+
+
+def handle(request: bytes) -> bytes:
+    """Answer one request; never raises (``Exception``s become error responses).
+
+    Args:
+        request: the msgpack bytes of a request map.
+
+    Returns:
+        The canonical msgpack bytes of the response map: ``pong``, ``derivations``,
+        ``lowered``, ``results`` or ``error`` (``docs/wire.md`` 4.3–4.5).
+    """
+    try:
+        try:
+            return wire.encode(_dispatch(wire.parse_request(wire.decode(request))))
+        except Exception as e:  # SuperoptError keeps its kind; anything else is internal
+            return wire.encode_error(e)
+    except Exception:
+        return _FALLBACK
+
+
+def _dispatch(req: dict) -> dict:
+    kind = req["kind"]
+    if kind == "ping":
+        from . import __version__
+        return wire.pong_response(__version__)
+    if kind == "derive":
+        derive_all = _backend("superopt.derive", "derive_all")
+        derivations = derive_all(req["graph"], req["max_depth"])
+        return _response("superopt.derive.derive_all", wire.derivations_response, derivations)
+    if kind == "lower":
+        lower_derivation = _backend("superopt.lower", "lower_derivation")
+        mod = lower_derivation(req["graph"], req["derivation"], req["config"])
+        return _response("superopt.lower.lower_derivation",
+                         lambda m: wire.lowered_response(m.source, m.source_hash), mod)
+    if kind == "tune":
+        tune = _backend("superopt.search", "tune")
+        res = tune(req["graph"], req["derivations"], req["dtype"], req["budget_candidates"],
+                   req["budget_seconds"], req["out_dir"])
+        return _response("superopt.search.tune", wire.results_to_wire, res)
+    raise SuperoptError(f"no handler for request kind {kind!r}", path="kind")  # unreachable
+
+
+def _response(source: str, build: Callable[[Any], dict], value: Any) -> dict:
+    """``build(value)``; a backend result that has no wire form is an ``internal`` error
+    (the request was fine), whose message names the offending field."""
+    try:
+        out = build(value)
+        wire.encode(out)
+        return out
+    except Exception as e:
+        detail = str(e) if isinstance(e, SuperoptError) else wire._exc_text(e)
+        raise SuperoptError(f"{source} returned a value with no wire form: {detail}") from None
+
+
+def _backend(module: str, name: str) -> Callable[..., Any]:
+    """``module.name``, or an ``internal`` error saying it is not available."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise SuperoptError(f"{module} is not available: {e}") from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise SuperoptError(f"{module}.{name} is not available")
+    return fn
+
+
+def lower(derivation: "wire.Derivation | Mapping[str, Any]", config: Mapping[str, Any],
+          graph: "Any | None" = None) -> Any:
+    """Lower one derivation at one tile configuration (the Python face of ``lower``).
+
+    Args:
+        derivation: a :class:`~superopt.wire.Derivation` or its decoded wire map.
+        config: the tile configuration, e.g. ``{"block_m": 128, "threads": 256}``.
+        graph: the graph the derivation rewrites; default: the reference case of the
+            workload the derivation names.
+
+    Returns:
+        The ``LoweredModule`` of :func:`superopt.lower.lower_derivation` (its ``source`` is
+        the TileLang source, ``source_hash`` its hash; it also carries the kernel).
+
+    Raises:
+        SchemaError: a derivation map or config that is not well formed.
+        CaseError: ``graph`` omitted and the derivation names no known workload.
+        SuperoptError: ``superopt.lower`` is not available, or what lowering raises.
+    """
+    if not isinstance(derivation, wire.Derivation):
+        derivation = wire.derivation_from_wire(derivation)
+    config = wire.config_to_wire(config)
+    if graph is None:
+        from .workloads import get_workload
+        graph = get_workload(derivation.workload).graph()
+    lower_derivation = _backend("superopt.lower", "lower_derivation")
+    return lower_derivation(graph, derivation, config)
+
+
+__all__ = ["handle", "lower"]

@@ -1,0 +1,133 @@
+"""The derivation enumerator: from a graph, every kernel plan the rules reach, canonically.
+
+Algorithm (mirrored by ``Superopt.Derive.deriveAll`` in Lean, same ids, same order):
+
+1. Start from :func:`~superopt.plan.initial_plan` (one kernel per computed node).
+2. Breadth-first, up to ``max_depth`` steps: for each plan in discovery order, for each rule
+   of :data:`~superopt.rules.SEARCH_RULES` in that order, for each site in the order
+   ``sites`` lists them, apply; keep the new plan if its :meth:`~superopt.plan.Plan.canonical`
+   form was not seen before (so equivalent plans are deduplicated and each keeps the first,
+   shortest path that reached it).
+3. Complete each discovered plan: for each kernel in order, ``stream_reduction`` if it has an
+   unstreamed reduction axis, then ``tile_parallel`` on each tileable axis not yet tiled. These
+   steps are appended to the derivation, so every derivation is explicit.
+4. Keep the completed plans that the lowering can express (:func:`superopt.lower.lowerable`),
+   in discovery order, with ids ``d0, d1, ...``.
+
+Each derivation is its ordered list of :class:`~superopt.wire.Step`\\ s; :func:`replay`
+applies one to the graph again and is how a derivation received over the wire is checked.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .dag import Graph
+from .errors import DerivationError, SuperoptError
+from .plan import Plan, initial_plan
+from .rules import RULES, SEARCH_RULES, get_rule
+from .wire import Derivation, Step
+
+#: Default search depth: enough for the longest reference derivation (rmsnorm_mlp's
+#: one-kernel plan takes 11 steps before completion).
+DEFAULT_MAX_DEPTH = 12
+#: Safety bound on the number of distinct plans explored.
+DEFAULT_MAX_PLANS = 20000
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A derivation together with the plan it produces."""
+
+    derivation: Derivation
+    plan: Plan
+
+
+def explore(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
+            max_plans: int = DEFAULT_MAX_PLANS) -> list[tuple[Plan, tuple[Step, ...]]]:
+    """Every distinct plan reachable within ``max_depth`` search-rule steps, in BFS order."""
+    start = initial_plan(graph)
+    seen = {start.canonical()}
+    found = [(start, ())]
+    frontier = deque([(start, ())])
+    while frontier:
+        plan, steps = frontier.popleft()
+        if len(steps) >= max_depth:
+            continue
+        for rule_id in SEARCH_RULES:
+            rule = RULES[rule_id]
+            for site in rule.sites(plan):
+                new = rule.apply_fn(plan, site)
+                key = new.canonical()
+                if key in seen:
+                    continue
+                seen.add(key)
+                item = (new, steps + (Step(rule_id, tuple(site)),))
+                found.append(item)
+                frontier.append(item)
+                if len(found) >= max_plans:
+                    return found
+    return found
+
+
+def complete(plan: Plan) -> tuple[Plan, tuple[Step, ...]]:
+    """Stream every reduction and tile the tileable axes of every kernel (canonical order)."""
+    from .rules import tileable_axes
+    steps: list[Step] = []
+    k = 0
+    while k < len(plan.kernels):
+        if plan.kernels[k].stream is None and plan.reduction_axis(k) is not None:
+            plan = RULES["stream_reduction"].apply_fn(plan, (k,))
+            steps.append(Step("stream_reduction", (k,)))
+        for axis in tileable_axes(plan, k):
+            if axis not in plan.kernels[k].grid:
+                plan = RULES["tile_parallel"].apply_fn(plan, (k, axis))
+                steps.append(Step("tile_parallel", (k, axis)))
+        k += 1
+    return plan, tuple(steps)
+
+
+def derive_all(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
+               max_plans: int = DEFAULT_MAX_PLANS, *, lowerable_only: bool = True) -> list[Derived]:
+    """The derivations of ``graph``: ids ``d0, d1, ...`` in canonical discovery order."""
+    from .lower import lowerable
+    out: list[Derived] = []
+    seen = set()
+    for plan, steps in explore(graph, max_depth, max_plans):
+        done, tail = complete(plan)
+        key = done.canonical()
+        if key in seen:
+            continue
+        seen.add(key)
+        if lowerable_only and not lowerable(done):
+            continue
+        d = Derivation(graph.name, f"d{len(out)}", steps + tail)
+        out.append(Derived(d, done))
+    return out
+
+
+def replay(graph: Graph, steps: tuple[Step, ...] | list[Step]) -> Plan:
+    """Apply ``steps`` to ``graph``'s initial plan, checking each.
+
+    Raises:
+        DerivationError: an unknown rule or a site where the rule does not apply, with
+            ``path="steps[i]..."``.
+    """
+    plan = initial_plan(graph)
+    for i, step in enumerate(steps):
+        try:
+            rule = get_rule(step.rule)
+            plan = rule.apply(plan, tuple(step.site))
+        except SuperoptError as e:
+            raise DerivationError(e.message, path=f"steps[{i}].{e.path or 'rule'}") from None
+    return plan
+
+
+def find(derived: list[Derived], derivation_id: str) -> Derived:
+    """The derivation with this id. Raises :class:`DerivationError` listing the ids."""
+    for d in derived:
+        if d.derivation.id == derivation_id:
+            return d
+    raise DerivationError(f"no derivation {derivation_id!r}; there are "
+                          f"{len(derived)} (d0..d{len(derived) - 1})", path="id")

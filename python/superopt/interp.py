@@ -1,0 +1,261 @@
+"""A CPU interpreter that executes a kernel plan tile by tile, as the lowered kernels do.
+
+For each kernel in launch order it loops over the grid tiles of the kernel's tiled axes; in
+each grid tile it streams the kernel's streamed axis tile by tile, updating accumulators
+(``sum``: ``acc += partial``; ``max``: ``acc = max(acc, partial)``; matmul contractions as
+sums), and for online-softmax kernels rescales every accumulator that reads the running
+max through ``exp`` by ``exp(m_old − m_new)`` (evaluated from the graph's own exp
+expression, so the ``exp2`` form rescales with ``exp2((m_old − m_new)·log2 e)``). Values
+inside a kernel live only for the tile; a kernel's outputs are written to global buffers,
+and every materialised element must be written exactly once per grid tile (checked).
+Edge tiles are the truncated tails when a size is not a multiple of the tile.
+
+Everything is float64 numpy, so a plan's output can be compared with
+:func:`superopt.semantics.evaluate` to ~1e-12: that is how every rule application and every
+derivation is checked (``tests/python/test_interp.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Mapping
+
+import numpy as np
+
+from .dag import LEAF_OPS, NodeId
+from .errors import DerivationError
+from .plan import Plan
+from .semantics import _Ops, align, apply_binary, apply_unary, einsum_spec
+
+Region = dict  # axis -> (start, stop)
+
+_OPS = _Ops(False)
+
+
+def _tiles(size: int, tile: int):
+    if size == 0:
+        return [(0, 0)]
+    return [(s, min(s + tile, size)) for s in range(0, size, tile)]
+
+
+class _KernelRun:
+    """Executes one kernel of a plan over one grid tile."""
+
+    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray]) -> None:
+        self.plan, self.k, self.g = plan, k, plan.graph
+        self.kern = plan.kernels[k]
+        self.nodes = set(self.kern.nodes)
+        self.glob = glob
+        self.r = self.kern.stream
+        g = self.g
+        self.accs = [n for n in self.kern.nodes if self.r is not None and (
+            (g.nodes[n].op == "reduce" and g.nodes[n].axis == self.r) or
+            (g.nodes[n].op == "matmul" and g.nodes[n].axis == self.r))]
+        self.acc_val: dict[NodeId, np.ndarray] = {}
+        self.overrides: dict[NodeId, np.ndarray] = {}
+
+    # -- values ---------------------------------------------------------------------------
+    def _slice_global(self, n: NodeId, region: Region) -> np.ndarray:
+        node = self.g.nodes[n]
+        if node.op == "size":
+            return np.float64(self.g.size(node.axis))
+        if node.op in ("eps", "const"):
+            return np.float64(node.value)
+        arr = self.glob[n]
+        idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
+        return arr[idx]
+
+    def ev(self, n: NodeId, region: Region) -> np.ndarray:
+        if n in self.overrides:
+            return self.overrides[n]
+        if n not in self.nodes:
+            return self._slice_global(n, region)
+        if n in self.acc_val:
+            return self.acc_val[n]
+        g = self.g
+        node = g.nodes[n]
+        if node.is_elementwise:
+            args = [self.ev(a, region) for a in node.args]
+            if len(args) == 1:
+                return apply_unary(node.op, args[0], _OPS)
+            ax = [g.nodes[a].axes for a in node.args]
+            return apply_binary(node.op, align(args[0], ax[0], node.axes),
+                                align(args[1], ax[1], node.axes), _OPS)
+        if node.op == "reduce":
+            if node.axis == self.r:
+                raise DerivationError(f"node {n} reads a streamed reduction before the loop ends",
+                                      path=f"kernels[{self.k}]")
+            x = self.ev(node.args[0], {a: v for a, v in region.items() if a != node.axis})
+            return self._reduce(node, x)
+        if node.op == "matmul":
+            return self._matmul(node, region, None)
+        raise DerivationError(f"cannot interpret node {n} ({node.op})", path=f"kernels[{self.k}]")
+
+    def _reduce(self, node, x):
+        dim = self.g.nodes[node.args[0]].axes.index(node.axis)
+        if node.fn == "sum":
+            return x.sum(axis=dim)
+        if x.shape[dim] == 0:
+            return np.full([s for i, s in enumerate(x.shape) if i != dim], -math.inf)
+        return x.max(axis=dim)
+
+    def _matmul(self, node, region: Region, tile):
+        a, b = node.args
+        ra = {k: v for k, v in region.items() if k != node.axis}
+        rb = {k: v for k, v in region.items() if k != node.axis_b}
+        if tile is not None:
+            ra[node.axis] = tile
+            rb[node.axis_b] = tile
+        g = self.g
+        spec = einsum_spec(g.nodes[a].axes, g.nodes[b].axes, node.axis, node.axis_b, node.axes)
+        return np.einsum(spec, self.ev(a, ra), self.ev(b, rb))
+
+    # -- the streamed loop ---------------------------------------------------------------
+    def _depends_on(self, n: NodeId, target: NodeId) -> bool:
+        stack, seen = [n], set()
+        while stack:
+            i = stack.pop()
+            if i == target:
+                return True
+            if i in seen or i not in self.nodes:
+                continue
+            seen.add(i)
+            stack.extend(self.g.nodes[i].args)
+        return False
+
+    def _online_scale(self, acc: NodeId, m: NodeId, m_old, m_new):
+        """exp-expression(S := m_old, M := m_new) for the exp node between ``acc`` and ``m``."""
+        g = self.g
+        stack, seen = list(g.nodes[acc].args), set()
+        while stack:
+            i = stack.pop()
+            if i in seen or i not in self.nodes:
+                continue
+            seen.add(i)
+            if g.nodes[i].op in ("exp", "exp2") and self._depends_on(i, m):
+                sub = self._find_sub(i, m)
+                s_node = g.nodes[sub].args[0]
+                saved = dict(self.overrides)
+                self.overrides.update({s_node: m_old, m: m_new})
+                # evaluate only the exp subtree: sub(S, M) with S and M over M's axes
+                val = self._eval_subtree(i, g.nodes[m].axes)
+                self.overrides = saved
+                return val
+            stack.extend(g.nodes[i].args)
+        raise DerivationError(f"online kernel: no exp between accumulator {acc} and max {m}",
+                              path=f"kernels[{self.k}]")
+
+    def _find_sub(self, e: NodeId, m: NodeId) -> NodeId:
+        g = self.g
+        stack = [e]
+        while stack:
+            i = stack.pop()
+            if g.nodes[i].op == "sub" and g.nodes[i].args[1] == m:
+                return i
+            stack.extend(a for a in g.nodes[i].args if a in self.nodes)
+        raise DerivationError("online kernel: exp(S - M) not found", path=f"kernels[{self.k}]")
+
+    def _eval_subtree(self, n: NodeId, axes) -> np.ndarray:
+        if n in self.overrides:
+            return self.overrides[n]
+        node = self.g.nodes[n]
+        if node.op in LEAF_OPS:
+            return self._slice_global(n, {})
+        args = [self._eval_subtree(a, axes) for a in node.args]
+        if len(args) == 1:
+            return apply_unary(node.op, args[0], _OPS)
+        return apply_binary(node.op, args[0], args[1], _OPS)
+
+    def run_tile(self, region: Region, tile_size: Mapping[str, int]) -> None:
+        g = self.g
+        self.acc_val = {}
+        if self.r is not None and self.accs:
+            size = g.size(self.r)
+            maxes = [a for a in self.accs if g.nodes[a].op == "reduce" and g.nodes[a].fn == "max"]
+            for t in _tiles(size, tile_size.get(self.r, size or 1)):
+                if t[0] == t[1]:
+                    continue
+                rt = dict(region)
+                rt[self.r] = t
+                old = {}
+                for acc in self.accs:
+                    node = g.nodes[acc]
+                    if node.op == "matmul":
+                        part = self._matmul(node, region, t)
+                    else:
+                        saved = self.acc_val.pop(acc, None)
+                        part = self._reduce(node, self.ev(node.args[0], rt))
+                        if saved is not None:
+                            self.acc_val[acc] = saved
+                    if acc not in self.acc_val:
+                        self.acc_val[acc] = part
+                        if acc in maxes:
+                            old[acc] = np.full_like(part, -math.inf)
+                        continue
+                    if node.op == "reduce" and node.fn == "max":
+                        old[acc] = self.acc_val[acc]
+                        self.acc_val[acc] = np.maximum(self.acc_val[acc], part)
+                        continue
+                    prev = self.acc_val[acc]
+                    if self.kern.online:
+                        for m in maxes:
+                            if self._depends_on(acc, m) and m in old:
+                                scale = self._online_scale(acc, m, old[m], self.acc_val[m])
+                                prev = prev * align(scale, g.nodes[m].axes, node.axes)
+                    self.acc_val[acc] = prev + part
+            for acc in self.accs:  # an empty streamed axis: sums are 0, maxes -inf
+                if acc not in self.acc_val:
+                    node = g.nodes[acc]
+                    shape = [g.size(a) if a not in region else region[a][1] - region[a][0]
+                             for a in node.axes]
+                    fill = -math.inf if node.op == "reduce" and node.fn == "max" else 0.0
+                    self.acc_val[acc] = np.full(shape, fill)
+        for out in self.plan.outputs(self.k):
+            val = self.ev(out, region)
+            node = g.nodes[out]
+            idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
+            shape = tuple(len(range(*region[a])) if a in region else g.size(a) for a in node.axes)
+            self.glob[out][idx] = np.broadcast_to(val, shape)
+            self.written[out][idx] = True
+
+    written: dict
+
+
+def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
+             tile: int | Mapping[str, int] = 3) -> np.ndarray:
+    """Execute ``plan`` on ``inputs`` (float64) with tiles of ``tile`` (per axis or for all).
+
+    Returns:
+        The output, shaped ``plan.graph.output_shape``, float64.
+
+    Raises:
+        DerivationError: a kernel that left an element of one of its outputs unwritten, or
+            a plan the tile semantics cannot execute.
+    """
+    g = plan.graph
+    sizes = g.sizes
+    tile_size = {a: (tile if isinstance(tile, int) else tile.get(a, 3)) for a in sizes}
+    glob: dict[NodeId, np.ndarray] = {}
+    for i, n in enumerate(g.nodes):
+        if n.op == "input":
+            glob[i] = np.asarray(inputs[n.name], dtype=np.float64)
+    written: dict[NodeId, np.ndarray] = {}
+    for k, kern in enumerate(plan.kernels):
+        run = _KernelRun(plan, k, glob)
+        for out in plan.outputs(k):
+            glob[out] = np.full(g.shape(out), np.nan)
+            written[out] = np.zeros(g.shape(out), dtype=bool)
+        run.written = written
+        grid = [a for a in plan.domain(k) if a in kern.grid]
+        ranges = [_tiles(sizes[a], tile_size[a]) for a in grid]
+        for combo in itertools.product(*ranges):
+            region = dict(zip(grid, combo))
+            if any(s == e for s, e in combo):
+                continue
+            run.run_tile(region, tile_size)
+        for out in plan.outputs(k):
+            if g.shape(out) and not written[out].all():
+                raise DerivationError(f"kernel {k} left {int((~written[out]).sum())} element(s) "
+                                      f"of node {out} unwritten", path=f"kernels[{k}]")
+    return glob[g.output]

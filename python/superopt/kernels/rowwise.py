@@ -1,0 +1,325 @@
+"""TileLang source generators for row reductions and elementwise kernels.
+
+Two memory-bound kernel shapes that surround the GEMMs in a lowered plan:
+
+* **row reduction** (:class:`RowReduceSpec`): ``Out[r] = post(reduce_c pre(X[r, c]))`` over
+  ``X [rows, cols]`` (fp16, bf16 or fp32), ``reduce`` one of sum / max, fp32 accumulation,
+  ``Out [rows]`` fp32. Examples: RMSNorm's ``sum_d x^2``; softmax's row max and
+  ``sum exp(x - max)``.
+* **elementwise** (:class:`ElementwiseSpec`): ``Out[r, c] = expr(...)`` over a ``[rows,
+  cols]`` output, reading full ``[rows, cols]`` tensors, per-row ``[rows]`` vectors and
+  per-column ``[cols]`` vectors. Example: ``Y = X * rsqrt(ss / d + eps)``.
+
+Callers flatten batch axes into ``rows``. Every size works, including ones that are not a
+multiple of the block: padded columns contribute the reduction's identity (0 for sum,
+``-inf`` for max), never ``pre(0)``, and padded rows and columns are never stored.
+
+A reduction block owns ``block_rows`` rows and walks the columns in ``block_cols`` chunks;
+each thread keeps fp32 partials in registers, and one cross-thread reduction
+(``T.reduce_sum`` / ``T.reduce_max``, warp shuffles) per row ends the kernel.
+
+Public API: :class:`RowReduceSpec`, :class:`ElementwiseSpec`, :class:`RowConfig`,
+:func:`rowreduce_source`, :func:`elementwise_source`, :func:`row_config_space`.
+"""
+
+from __future__ import annotations
+
+import keyword
+import string
+from dataclasses import dataclass
+
+from ..errors import LoweringError
+
+_X_DTYPES = ("float16", "bfloat16", "float32")
+_OUT_DTYPES = ("float16", "bfloat16", "float32")
+_RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "i", "j", "ko"}
+
+
+@dataclass(frozen=True)
+class RowReduceSpec:
+    """``Out[r] = post(reduce_{c < cols} pre(X[r, c]))``, fp32 math.
+
+    Attributes:
+        rows: rows of X and length of Out (>= 1).
+        cols: reduced extent (>= 0; 0 gives ``post`` of 0 for sum, of ``-inf`` for max).
+        reduce: ``"sum"`` or ``"max"``.
+        pre: fp32 expression of the element ``{x}`` (already cast to fp32); may use the
+            row inputs ``{<name>}``.
+        post: fp32 expression of the reduced value ``{r}``; may use the row inputs.
+        row_inputs: names of extra fp32 inputs, each ``[rows]``.
+        dtype: X element type, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+        name: Python identifier; the builder is ``build_<name>``.
+    """
+
+    rows: int
+    cols: int
+    reduce: str
+    pre: str = "{x}"
+    post: str = "{r}"
+    row_inputs: tuple[str, ...] = ()
+    dtype: str = "float16"
+    name: str = "rowreduce"
+
+
+@dataclass(frozen=True)
+class ElementwiseSpec:
+    """``Out[r, c] = expr(inputs)`` over a ``[rows, cols]`` output, fp32 math.
+
+    Attributes:
+        rows, cols: output extents (>= 1).
+        inputs: ``(name, kind, dtype)`` triples; kind ``"full"`` is ``[rows, cols]``,
+            ``"row"`` is ``[rows]``, ``"col"`` is ``[cols]``; dtype float16 / bfloat16 /
+            float32. Each is read as fp32 in ``expr`` through the field ``{name}``.
+        expr: fp32 TileLang expression with ``{name}`` fields.
+        out_dtype: Out element type.
+        name: Python identifier; the builder is ``build_<name>``.
+    """
+
+    rows: int
+    cols: int
+    inputs: tuple[tuple[str, str, str], ...]
+    expr: str
+    out_dtype: str = "float16"
+    name: str = "elementwise"
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """Block shape of a row-wise kernel.
+
+    Attributes:
+        block_rows: rows per block.
+        block_cols: columns per step (reduction) or per block (elementwise).
+        threads: threads per block (a multiple of 32, at most 1024).
+    """
+
+    block_rows: int
+    block_cols: int
+    threads: int
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _fields(expr: str, what: str) -> list[str]:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(expr) if f is not None]
+    except ValueError as e:
+        raise LoweringError(f"malformed {what} {expr!r}: {e}") from None
+
+
+def _check_name(name: str, what: str) -> None:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise LoweringError(f"{what} {name!r} is not a Python identifier")
+    if what != "kernel name" and (name in _RESERVED or name.startswith(("build_", "_"))):
+        raise LoweringError(f"{what} {name!r} is reserved")
+
+
+def _check_config(cfg: RowConfig) -> None:
+    if cfg.threads % 32 or not 32 <= cfg.threads <= 1024:
+        raise LoweringError(f"threads must be a multiple of 32 in [32, 1024], got {cfg.threads}")
+    if cfg.block_rows < 1 or cfg.block_cols < 1:
+        raise LoweringError(f"block sizes must be >= 1, got {cfg.block_rows}x{cfg.block_cols}")
+    if (cfg.block_rows * cfg.block_cols) % cfg.threads:
+        raise LoweringError(
+            f"block {cfg.block_rows}x{cfg.block_cols} is not a multiple of {cfg.threads} threads")
+
+
+def _check_rowreduce(spec: RowReduceSpec) -> None:
+    if spec.rows < 1 or spec.cols < 0:
+        raise LoweringError(f"row reduction needs rows >= 1, cols >= 0; got {spec.rows}x{spec.cols}")
+    if spec.reduce not in ("sum", "max"):
+        raise LoweringError(f"reduce must be 'sum' or 'max', got {spec.reduce!r}")
+    if spec.dtype not in _X_DTYPES:
+        raise LoweringError(f"X dtype must be one of {_X_DTYPES}, got {spec.dtype!r}")
+    _check_name(spec.name, "kernel name")
+    for r in spec.row_inputs:
+        _check_name(r, "row input")
+    if len(set(spec.row_inputs)) != len(spec.row_inputs) or {"x", "r"} & set(spec.row_inputs):
+        raise LoweringError(f"row input names must be distinct and not x or r: {spec.row_inputs}")
+    for what, expr, own in (("pre", spec.pre, "x"), ("post", spec.post, "r")):
+        for f in _fields(expr, what):
+            if f != own and f not in spec.row_inputs:
+                raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is neither {{{own}}} "
+                                    f"nor a row input {spec.row_inputs}")
+
+
+def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
+    """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
+
+    Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
+    prim_func parameters: ``X [rows, cols]`` (spec.dtype), one ``[rows]`` float32 per
+    row input (in order), ``Out [rows]`` float32. Grid: ``ceil(rows / block_rows)``.
+
+    Raises:
+        LoweringError: an invalid spec or config.
+    """
+    _check_rowreduce(spec)
+    _check_config(cfg)
+    s, c = spec, cfg
+    br, bc = c.block_rows, c.block_cols
+    # Narrow rows: halve the column step while it still covers them and still spreads
+    # evenly over the threads (fewer idle lanes, no layout TileLang cannot infer).
+    while bc % 2 == 0 and bc // 2 >= max(s.cols, 1) and (br * (bc // 2)) % c.threads == 0:
+        bc //= 2
+    rin = {r: f"{r}_s[i]" for r in s.row_inputs}
+    identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
+    x_at = f"T.Cast(\"float32\", X[bx * {br} + i, ko * {bc} + j])"
+    pre = s.pre.format(x=f"({x_at})", **rin)
+    guards = []
+    if s.cols % bc:
+        guards.append(f"ko * {bc} + j < {s.cols}")
+    if s.rows % br:
+        guards.append(f"bx * {br} + i < {s.rows}")
+    term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
+    combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
+    post = s.post.format(r="red[i]", **rin)
+
+    out: list[str] = []
+
+    def emit(depth: int, text: str) -> None:
+        out.append("    " * depth + text if text else "")
+
+    emit(0, f"def build_{s.name}():")
+    emit(1, f'"""{s.name}: row {s.reduce} over X [{s.rows}, {s.cols}] {s.dtype} -> Out '
+            f'[{s.rows}] float32; block {br}x{bc}, {c.threads} threads."""')
+    emit(0, "")
+    emit(1, "@T.prim_func")
+    emit(1, f"def {s.name}(")
+    emit(2, f'X: T.Tensor(({s.rows}, {s.cols}), "{s.dtype}"),')
+    for r in s.row_inputs:
+        emit(2, f'{r}: T.Tensor(({s.rows},), "float32"),')
+    emit(2, f'Out: T.Tensor(({s.rows},), "float32"),')
+    emit(1, "):")
+    emit(2, f"with T.Kernel({_ceil_div(s.rows, br)}, threads={c.threads}) as bx:")
+    d = 3
+    if s.cols > 0:
+        emit(d, f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
+    emit(d, f'red = T.alloc_fragment(({br},), "float32")')
+    for r in s.row_inputs:
+        emit(d, f'{r}_s = T.alloc_shared(({br},), "float32")')
+    for r in s.row_inputs:
+        emit(d, f"T.copy({r}[bx * {br}], {r}_s)")
+    if s.cols > 0:
+        emit(d, f"T.fill(acc, {identity})")
+        emit(d, f"for ko in T.serial({_ceil_div(s.cols, bc)}):")
+        emit(d + 1, f"for i, j in T.Parallel({br}, {bc}):")
+        emit(d + 2, f"acc[i, j] = {combine}")
+        emit(d, f"T.reduce_{s.reduce}(acc, red, dim=1)")
+    else:
+        emit(d, f"T.fill(red, {identity})")
+    if post.strip() != "red[i]":
+        emit(d, f"for i in T.Parallel({br}):")
+        emit(d + 1, f"red[i] = {post}")
+    emit(d, f"T.copy(red, Out[bx * {br}])")
+    emit(0, "")
+    emit(1, f"return {s.name}")
+    return "\n".join(out) + "\n"
+
+
+def _check_elementwise(spec: ElementwiseSpec) -> None:
+    if spec.rows < 1 or spec.cols < 1:
+        raise LoweringError(f"elementwise needs rows, cols >= 1; got {spec.rows}x{spec.cols}")
+    if spec.out_dtype not in _OUT_DTYPES:
+        raise LoweringError(f"out_dtype must be one of {_OUT_DTYPES}, got {spec.out_dtype!r}")
+    _check_name(spec.name, "kernel name")
+    names = [n for n, _, _ in spec.inputs]
+    if len(set(names)) != len(names):
+        raise LoweringError(f"duplicate input names {names}")
+    for n, kind, dt in spec.inputs:
+        _check_name(n, "input")
+        if kind not in ("full", "row", "col"):
+            raise LoweringError(f"input {n!r} kind must be full, row or col, got {kind!r}")
+        if dt not in _X_DTYPES:
+            raise LoweringError(f"input {n!r} dtype must be one of {_X_DTYPES}, got {dt!r}")
+    for f in _fields(spec.expr, "expr"):
+        if f not in names:
+            raise LoweringError(f"expr {spec.expr!r} uses {{{f}}}, not an input {names}")
+
+
+def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
+    """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
+
+    Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
+    prim_func parameters: the inputs in order (``[rows, cols]``, ``[rows]`` or ``[cols]``
+    by kind, each in its dtype), then ``Out [rows, cols]`` (spec.out_dtype). Grid:
+    ``(ceil(cols / block_cols), ceil(rows / block_rows))``.
+
+    Raises:
+        LoweringError: an invalid spec or config.
+    """
+    _check_elementwise(spec)
+    _check_config(cfg)
+    s, c = spec, cfg
+    br, bc = c.block_rows, c.block_cols
+    row, col = f"by * {br} + i", f"bx * {bc} + j"
+    at = {"full": f"[{row}, {col}]", "row": f"[{row}]", "col": f"[{col}]"}
+    fields = {n: f"T.Cast(\"float32\", {n}{at[kind]})" for n, kind, _ in s.inputs}
+    value = f"T.Cast(\"{s.out_dtype}\", {s.expr.format(**fields)})"
+    shape = {"full": (s.rows, s.cols), "row": (s.rows,), "col": (s.cols,)}
+    guards = []
+    if s.rows % br:
+        guards.append(f"{row} < {s.rows}")
+    if s.cols % bc:
+        guards.append(f"{col} < {s.cols}")
+
+    out: list[str] = []
+
+    def emit(depth: int, text: str) -> None:
+        out.append("    " * depth + text if text else "")
+
+    emit(0, f"def build_{s.name}():")
+    emit(1, f'"""{s.name}: elementwise [{s.rows}, {s.cols}] -> {s.out_dtype}; block '
+            f'{br}x{bc}, {c.threads} threads."""')
+    emit(0, "")
+    emit(1, "@T.prim_func")
+    emit(1, f"def {s.name}(")
+    for n, kind, dt in s.inputs:
+        emit(2, f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+    emit(2, f'Out: T.Tensor(({s.rows}, {s.cols}), "{s.out_dtype}"),')
+    emit(1, "):")
+    emit(2, f"with T.Kernel({_ceil_div(s.cols, bc)}, {_ceil_div(s.rows, br)}, "
+            f"threads={c.threads}) as (bx, by):")
+    emit(3, f"for i, j in T.Parallel({br}, {bc}):")
+    if guards:
+        emit(4, f"if {' and '.join(guards)}:")
+        emit(5, f"Out[{row}, {col}] = {value}")
+    else:
+        emit(4, f"Out[{row}, {col}] = {value}")
+    emit(0, "")
+    emit(1, f"return {s.name}")
+    return "\n".join(out) + "\n"
+
+
+def row_config_space(rows: int, cols: int) -> list[RowConfig]:
+    """Candidate block shapes for a ``[rows, cols]`` row-wise kernel, best-first.
+
+    Ordered by a cheap model: enough blocks to fill 132 SMs a few times over, then
+    wider column tiles (longer contiguous, vectorised accesses), then fewer threads.
+    Deterministic.
+
+    Raises:
+        LoweringError: rows < 1 or cols < 0.
+    """
+    if rows < 1 or cols < 0:
+        raise LoweringError(f"row-wise kernels need rows >= 1, cols >= 0; got {rows}x{cols}")
+    cands = []
+    for threads in (128, 256, 512):
+        for br in (1, 2, 4, 8, 16, 32):
+            for bc in (256, 512, 1024, 2048, 4096):
+                if (br * bc) % threads or br * bc // threads > 32:
+                    continue
+                if br * bc < threads * 4:  # under 4 elements per thread: too little work
+                    continue
+                cands.append(RowConfig(br, bc, threads))
+
+    def cost(c: RowConfig) -> tuple:
+        blocks = _ceil_div(rows, c.block_rows) * max(1, _ceil_div(cols, c.block_cols))
+        waste = (_ceil_div(rows, c.block_rows) * c.block_rows * max(_ceil_div(cols, c.block_cols), 1)
+                 * c.block_cols) / max(rows * max(cols, 1), 1)
+        fill = min(blocks / (4 * 132), 1.0)
+        return (-round(fill, 2), round(waste, 1), -min(c.block_cols, max(cols, 1)), c.threads,
+                c.block_rows, c.block_cols)
+
+    return sorted(cands, key=cost)
