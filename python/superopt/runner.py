@@ -429,13 +429,14 @@ class WorkerProcess:
 
     def _read_exact(self, n: int, deadline: float, since: int) -> bytes:
         fd = self.proc.stdout.fileno()
+        poller = select.poll()  # not select(): no FD_SETSIZE limit
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         buf = bytearray()
         while len(buf) < n:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WorkerTimeout("no answer in time")
-            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
-            if not ready:
+            if not poller.poll(int(min(remaining, 1.0) * 1000) + 1):
                 continue
             chunk = os.read(fd, min(n - len(buf), 1 << 20))
             if not chunk:

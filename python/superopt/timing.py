@@ -413,12 +413,28 @@ def measure(fn: Callable[..., Any], *, rotate: Sequence[tuple] | None = None,
 def short_error(e: BaseException, limit: int = 600) -> str:
     """``"TypeName: message"`` in at most about ``limit`` characters.
 
-    A longer text keeps its head and its tail (compilers and TVM put the useful line last)
-    joined by ``" ... "``.
+    A longer text (TileLang puts the whole generated CUDA source in its compile errors) is
+    cut to the type name, the lines that say ``error``/``fatal``/``failed`` and the last
+    line, joined by ``" | "``; failing that, to its head and tail joined by ``" ... "``.
     """
     text = f"{type(e).__name__}: {e}".strip()
     if len(text) <= limit:
         return text
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    keys = ("error", "fatal", "failed", "check failed")
+    salient = [ln for ln in lines
+               if any(k in ln.lower() for k in keys) and ln.lower().rstrip(":") not in
+               ("compilation error", "error")]
+    if salient:
+        parts, seen = [], set()
+        for ln in [*salient, lines[-1]]:
+            if ln not in seen:
+                seen.add(ln)
+                parts.append(ln if len(ln) <= 240 else ln[:237] + "...")
+        out = f"{type(e).__name__}: " + " | ".join(parts)
+        if len(out) <= limit:
+            return out
+        return out[: limit - 3] + "..."
     half = max(limit // 2 - 3, 1)
     return text[:half] + " ... " + text[-half:]
 

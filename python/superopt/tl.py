@@ -44,6 +44,35 @@ def lower_to_cuda(prim_func: Any, *, device_compile: bool = False) -> str:
     return str(artifact.kernel_source)
 
 
+def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False) -> tuple[str, dict]:
+    """Lower like :func:`lower_to_cuda` and also report each device kernel's launch.
+
+    Returns:
+        ``(cuda_source, info)``; ``info`` maps each device kernel name to
+        ``{"dyn_shared_bytes": int, "grid": (x, y, z), "block": (x, y, z)}``: the dynamic
+        shared memory TileLang's planner allocated and the launch extents (the block
+        includes the producer warpgroup TileLang adds to warp-specialised kernels).
+
+    Raises:
+        What :func:`lower_to_cuda` raises.
+    """
+    import tilelang
+    from tilelang import tvm
+
+    with tvm.target.Target(SM90A):
+        artifact = tilelang.lower(prim_func, target=SM90A, enable_device_compile=device_compile)
+    info = {}
+    for global_var, func in artifact.device_mod.functions.items():
+        attrs = func.attrs
+        extent = {str(k): int(v) for k, v in attrs["thread_extent"].items()} if "thread_extent" in attrs else {}
+        info[global_var.name_hint] = {
+            "dyn_shared_bytes": int(attrs["dyn_shared_memory_buf"]) if "dyn_shared_memory_buf" in attrs else 0,
+            "grid": tuple(extent.get(f"blockIdx.{a}", 1) for a in "xyz"),
+            "block": tuple(extent.get(f"threadIdx.{a}", 1) for a in "xyz"),
+        }
+    return str(artifact.kernel_source), info
+
+
 def compile_kernel(prim_func: Any, out_idx: list[int] | None = None) -> Any:
     """Compile a ``T.prim_func`` into a callable ``JITKernel`` for the local GPU.
 

@@ -194,9 +194,15 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
         raise LoweringError(f"store must be 'tma' or 'direct', got {cfg.store!r}")
     if cfg.dual_mode not in ("concat", "split"):
         raise LoweringError(f"dual_mode must be 'concat' or 'split', got {cfg.dual_mode!r}")
-    if spec.dual and cfg.dual_mode == "concat" and 2 * cfg.block_n > 256:
-        raise LoweringError(f"dual_mode 'concat' needs 2 * block_n <= 256 (one wgmma), "
-                            f"got block_n={cfg.block_n}")
+    if spec.dual and cfg.dual_mode == "concat":
+        if 2 * cfg.block_n > 256:
+            raise LoweringError(f"dual_mode 'concat' needs 2 * block_n <= 256 (one wgmma), "
+                                f"got block_n={cfg.block_n}")
+        if spec.b_layout == "kn" and cfg.block_n % 64:
+            # The TMA box of each half must start on a 128-byte swizzle atom (64 fp16
+            # columns); TileLang 0.1.15 fails "Composition shape divisibility" otherwise.
+            raise LoweringError(f"dual_mode 'concat' with b_layout 'kn' needs block_n % 64 "
+                                f"== 0, got {cfg.block_n}")
     if cfg.block_m % 64 or cfg.block_m < 64:
         raise LoweringError(f"block_m must be a multiple of 64 (wgmma M), got {cfg.block_m}")
     if cfg.block_n % 16 or not 16 <= cfg.block_n <= 256:

@@ -292,34 +292,53 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
     return "\n".join(out) + "\n"
 
 
-def row_config_space(rows: int, cols: int) -> list[RowConfig]:
+def row_config_space(rows: int, cols: int, kind: str = "reduce",
+                     limit: int | None = 12) -> list[RowConfig]:
     """Candidate block shapes for a ``[rows, cols]`` row-wise kernel, best-first.
 
-    Ordered by a cheap model: enough blocks to fill 132 SMs a few times over, then
-    wider column tiles (longer contiguous, vectorised accesses), then fewer threads.
-    Deterministic.
+    Candidates give every thread 4 to 32 elements per step. The order is a cheap model of
+    a memory-bound kernel: first enough blocks to keep 132 SMs busy (a reduction gets one
+    block per ``block_rows`` rows; an elementwise kernel also splits the columns), then
+    little padding, then 8 elements per thread per row step (one 16-byte access in fp16),
+    then 256 threads. Deterministic.
+
+    Args:
+        rows, cols: the kernel's extents (cols may be 0 for a reduction).
+        kind: ``"reduce"`` (:func:`rowreduce_source`) or ``"elementwise"``.
+        limit: keep the best ``limit`` configs (``None``: all).
 
     Raises:
-        LoweringError: rows < 1 or cols < 0.
+        LoweringError: rows < 1, cols < 0 or an unknown kind.
     """
     if rows < 1 or cols < 0:
         raise LoweringError(f"row-wise kernels need rows >= 1, cols >= 0; got {rows}x{cols}")
+    if kind not in ("reduce", "elementwise"):
+        raise LoweringError(f"kind must be 'reduce' or 'elementwise', got {kind!r}")
+    cols_eff = max(cols, 1)
     cands = []
     for threads in (128, 256, 512):
         for br in (1, 2, 4, 8, 16, 32):
-            for bc in (256, 512, 1024, 2048, 4096):
-                if (br * bc) % threads or br * bc // threads > 32:
+            for bc in (64, 128, 256, 512, 1024, 2048, 4096):
+                ept = br * bc // threads
+                if (br * bc) % threads or not 4 <= ept <= 32:
                     continue
-                if br * bc < threads * 4:  # under 4 elements per thread: too little work
+                if bc > 2 * max(64, 1 << (cols_eff - 1).bit_length()):
+                    continue  # far wider than a row
+                if br > 1 and br > 2 * rows:
                     continue
                 cands.append(RowConfig(br, bc, threads))
 
     def cost(c: RowConfig) -> tuple:
-        blocks = _ceil_div(rows, c.block_rows) * max(1, _ceil_div(cols, c.block_cols))
-        waste = (_ceil_div(rows, c.block_rows) * c.block_rows * max(_ceil_div(cols, c.block_cols), 1)
-                 * c.block_cols) / max(rows * max(cols, 1), 1)
-        fill = min(blocks / (4 * 132), 1.0)
-        return (-round(fill, 2), round(waste, 1), -min(c.block_cols, max(cols, 1)), c.threads,
-                c.block_rows, c.block_cols)
+        blocks = _ceil_div(rows, c.block_rows)
+        if kind == "elementwise":
+            blocks *= _ceil_div(cols_eff, c.block_cols)
+        fill = round(min(blocks / (2 * 132), 1.0), 1)
+        padded = _ceil_div(rows, c.block_rows) * c.block_rows * _ceil_div(cols_eff, c.block_cols) * c.block_cols
+        waste = round(padded / (rows * cols_eff), 1)
+        per_row = max(c.block_cols * c.block_rows // c.threads // c.block_rows, 1)
+        return (-fill, waste, abs(per_row - 8), c.threads != 256, c.block_rows, c.block_cols)
 
-    return sorted(cands, key=cost)
+    cands.sort(key=cost)
+    if not cands:  # a tiny kernel: one warp, a 64-wide step
+        cands = [RowConfig(1, 64, 32)]
+    return cands if limit is None else cands[:limit]

@@ -1,0 +1,170 @@
+"""The command line: ``superopt run``, ``superopt derive``, ``superopt workloads``.
+
+    superopt run WORKLOAD [--case k=v,...] [--dtype fp16|bf16] [--budget N] [--time-budget S]
+                          [--out DIR] [--dry-run]
+    superopt derive WORKLOAD [--case ...] [--json] [--show ID --out FILE.png]
+    superopt workloads
+
+Exit status: 0 success; 2 bad usage or input (one line on stderr naming the problem);
+3 timing asked for on a machine without CUDA; 1 an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from .errors import CaseError, NoCudaError, SuperoptError
+from .workloads import WORKLOADS, get_workload, parse_case
+
+EXIT_USAGE, EXIT_NO_CUDA = 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(EXIT_USAGE, f"superopt: error: {message}\n")
+
+
+def _budget(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--budget must be a positive integer, got {text!r}")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--budget must be >= 1, got {n}")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--time-budget must be seconds, got {text!r}")
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"--time-budget must be > 0, got {text}")
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="superopt", description="Tensor-program superoptimizer: derive, lower to "
+                "TileLang, check and time kernels against torch.compile, cuBLAS and cuDNN.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="the main job: derive, lower, compile, check, time, rank")
+    r.add_argument("workload", help=f"one of {', '.join(WORKLOADS)}")
+    r.add_argument("--case", help="sizes, e.g. m=256,n=512 (default: the reference case)")
+    r.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    r.add_argument("--budget", type=_budget, default=24, help="candidates to try (default 24)")
+    r.add_argument("--time-budget", type=_seconds, default=600.0,
+                   help="seconds for checking and timing (default 600)")
+    r.add_argument("--out", help="directory for record.json, report.md, top1.py and the picture")
+    r.add_argument("--dry-run", action="store_true",
+                   help="derive and lower every candidate to CUDA C without a GPU")
+    r.add_argument("--no-progress", action="store_true")
+    d = sub.add_parser("derive", help="list the derivations of a workload")
+    d.add_argument("workload")
+    d.add_argument("--case")
+    d.add_argument("--json", action="store_true", help="one JSON document")
+    d.add_argument("--show", metavar="ID", help="draw derivation ID (needs --out FILE.png)")
+    d.add_argument("--out", metavar="FILE", help="picture file (.png, .svg, .pdf or .dot)")
+    d.add_argument("--max-depth", type=int, default=None)
+    sub.add_parser("workloads", help="list the workloads and their reference cases")
+    return p
+
+
+def _graph(args):
+    w = get_workload(args.workload)
+    return w.graph(**parse_case(args.case))
+
+
+def cmd_workloads(args) -> int:
+    for name, w in WORKLOADS.items():
+        print(f"{name:12s} " + ",".join(f"{k}={v}" for k, v in w.reference_case.items()))
+    return 0
+
+
+def cmd_derive(args) -> int:
+    from .derive import DEFAULT_MAX_DEPTH, derive_all, find
+    from .wire import derivation_to_wire
+    g = _graph(args)
+    derived = derive_all(g, args.max_depth or DEFAULT_MAX_DEPTH)
+    if args.show:
+        if not args.out:
+            raise CaseError("--show needs --out FILE.png", path="--out")
+        from .draw import derivation_dot, render
+        d = find(derived, args.show)
+        path = render(derivation_dot(g, d.derivation), args.out)
+        print(f"wrote {path}")
+        return 0
+    if args.json:
+        doc = {"workload": g.name, "case": g.sizes, "derivations": []}
+        for d in derived:
+            w = derivation_to_wire(d.derivation)
+            doc["derivations"].append({"id": w["id"], "kernels": len(d.plan.kernels),
+                                       "steps": w["steps"]})
+        print(json.dumps(doc, indent=1))
+        return 0
+    from .lower import match_kernel
+    print(f"{len(derived)} derivations of {g.name} {g.sizes}")
+    for d in derived:
+        fams = [match_kernel(d.plan, k).family for k in range(len(d.plan.kernels))]
+        steps = [f"{s.rule}{list(s.site)}" for s in d.derivation.steps
+                 if s.rule not in ("tile_parallel", "stream_reduction")]
+        print(f"  {d.derivation.id:>5}  {len(fams)} kernel(s) [{', '.join(fams)}]  "
+              f"{' → '.join(steps) or '(literal graph)'}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .lower import DTYPES
+    from .search import lower_to_cuda_all, plan_candidates, tune
+    g = _graph(args)
+    dtype = DTYPES[args.dtype]
+    if args.dry_run:
+        t0 = time.time()
+        planned, derived = plan_candidates(g, dtype=dtype, budget=args.budget)
+        print(f"{g.name} {g.sizes} {dtype}: {len(derived)} derivations, {len(planned)} "
+              f"candidates chosen (budget {args.budget}); lowering to CUDA C for sm_90a ...",
+              flush=True)
+        errors = lower_to_cuda_all(planned)
+        ok = [c for c in planned if errors.get(c.id) is None]
+        for c in planned:
+            steps = [s.rule for s in c.derived.derivation.steps
+                     if s.rule not in ("tile_parallel", "stream_reduction")]
+            status = "lowered" if errors.get(c.id) is None else f"FAILED: {errors[c.id]}"
+            print(f"  {c.id:>4} {c.derived.derivation.id:>5} est {c.estimate_us:8.1f} µs  "
+                  f"{' → '.join(steps) or '(literal)'}  {status}")
+        print(f"lowered {len(ok)}/{len(planned)} candidates to CUDA C in {time.time() - t0:.1f} s "
+              "(dry run: no GPU used; timing needs CUDA)")
+        return 0 if len(ok) == len(planned) else 1
+    import torch
+    if not torch.cuda.is_available():
+        raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run to "
+                          "derive and lower without one", path="device")
+    record = tune(g, dtype=dtype, budget=args.budget, budget_s=args.time_budget,
+                  out_dir=args.out, progress=not args.no_progress,
+                  command="superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    from .report import print_table
+    print_table(record)
+    if args.out:
+        print(f"wrote {args.out}/record.json, report.md" + (", top1.py" if "top1" in record else ""))
+    return 0 if "top1" in record else 1
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "derive": cmd_derive, "workloads": cmd_workloads}[args.cmd](args)
+    except NoCudaError as e:
+        print(f"superopt: {e.message}", file=sys.stderr)
+        return EXIT_NO_CUDA
+    except SuperoptError as e:
+        print(f"superopt: error: {e}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(e, (CaseError,)) or e.kind in (
+            "unknown_axis", "size_mismatch", "derivation") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
