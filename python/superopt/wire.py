@@ -389,11 +389,23 @@ def _float_out(x: Any, path: str) -> float | None:
 # =========================================================================================
 
 def graph_to_wire(g: Graph) -> dict:
-    """The graph map of ``docs/wire.md`` 4.1 (inferred axes are left out)."""
+    """The graph map of ``docs/wire.md`` 4.1 (inferred axes are left out).
+
+    Raises:
+        SchemaError: a graph the wire cannot carry: an axis size ≥ 2³¹
+            (``graph.axes[i][1]``) or a NaN constant (``graph.nodes[i].value``).
+    """
+    for i, (_, size) in enumerate(g.axes):
+        if size >= INT31:
+            raise SchemaError(f"{size} is out of range [0, {INT31})", path=f"graph.axes[{i}][1]")
+    nodes = []
+    for i, n in enumerate(g.nodes):
+        w = _node_to_wire(n)
+        if "value" in w and math.isnan(w["value"]):
+            raise SchemaError("NaN is not allowed here", path=f"graph.nodes[{i}].value")
+        nodes.append(w)
     return {"v": WIRE_VERSION, "kind": "graph", "name": g.name,
-            "axes": [[a, s] for a, s in g.axes],
-            "nodes": [_node_to_wire(n) for n in g.nodes],
-            "output": g.output}
+            "axes": [[a, s] for a, s in g.axes], "nodes": nodes, "output": g.output}
 
 
 def _node_to_wire(n: Node) -> dict:
