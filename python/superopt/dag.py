@@ -48,6 +48,8 @@ REDUCE_FNS = ("sum", "max")
 LEAF_OPS = ("input", "size", "eps", "const")
 ALL_OPS = LEAF_OPS + UNARY_OPS + BINARY_OPS + ("reduce", "matmul")
 ELEMENTWISE_OPS = UNARY_OPS + BINARY_OPS
+#: Axis sizes are below 2^31 (the wire format's bound, docs/wire.md).
+MAX_SIZE = 2 ** 31
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,17 @@ def infer_axes(node: Node, arg_axes: list[tuple[Axis, ...]], declared: Mapping[A
     op = node.op
     if op not in ALL_OPS:
         raise GraphError(f"unknown op {op!r}", path=where)
+    for fld in ("name", "axis", "axis_b", "fn"):
+        v = getattr(node, fld)
+        if v is not None and not isinstance(v, str):
+            raise GraphError(f"{op} field {fld!r} must be a string, got {v!r}", path=where)
+    if not isinstance(node.axes, tuple) or not all(isinstance(a, str) for a in node.axes):
+        raise GraphError(f"{op} axes must be a tuple of strings, got {node.axes!r}", path=where)
+    if node.value is not None and (isinstance(node.value, bool) or
+                                   not isinstance(node.value, (int, float)) or
+                                   node.value != node.value):
+        raise GraphError(f"{op} value must be a number that is not NaN, got {node.value!r}",
+                         path=where)
     arity = {"input": 0, "size": 0, "eps": 0, "const": 0, "reduce": 1, "matmul": 2}
     want = arity.get(op, 1 if op in UNARY_OPS else 2)
     if len(arg_axes) != want:
@@ -182,12 +195,11 @@ class Graph:
             a, s = pair
             if not isinstance(a, str) or not a:
                 raise GraphError(f"axis name must be a non-empty string, got {a!r}", path=f"axes[{i}]")
-            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-                raise SizeMismatchError(f"axis {a!r} has size {s!r}; sizes are integers >= 0",
-                                        path=f"axes[{i}]")
-            if a in sizes and sizes[a] != s:
-                raise SizeMismatchError(f"axis {a!r} declared with sizes {sizes[a]} and {s}",
-                                        path=f"axes[{i}]")
+            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SIZE:
+                raise SizeMismatchError(f"axis {a!r} has size {s!r}; sizes are integers in "
+                                        f"[0, 2^31)", path=f"axes[{i}]")
+            if a in sizes:
+                raise SizeMismatchError(f"axis {a!r} is declared twice", path=f"axes[{i}]")
             sizes[a] = s
         object.__setattr__(self, "_sizes", sizes)
         checked: list[Node] = []

@@ -131,7 +131,7 @@ class DagBuilder:
 
     def output(self, x: NodeId) -> NodeId:
         """Mark the graph's output."""
-        if not isinstance(x, int) or not 0 <= x < len(self.nodes):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < len(self.nodes):
             raise DanglingNodeError(f"output {x!r} names no node", path="output")
         self._output = x
         return x

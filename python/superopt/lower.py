@@ -478,16 +478,35 @@ def module_source(plan: Plan, configs: list, *, dtype: str = "float16",
         "pass .contiguous()')",
         "",
         "",
+        "def _target():",
+        '    """sm_90a on Hopper (warp-specialised templates use setmaxnreg), else auto."""',
+        "    if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):",
+        "        return {'kind': 'cuda', 'arch': 'sm_90a'}",
+        "    return 'cuda'",
+        "",
+        "",
+        "def compile_kernels():",
+        '    """Compile every kernel (TileLang caches the result on disk); no tensors allocated."""',
+        "    target = _target()",
+        "    return {",
+    ]
+    for kl in kls:
+        lines.append(f"        {kl.spec.name!r}: tilelang.compile(build_{kl.spec.name}(), "
+                     "target=target),")
+    lines += [
+        "    }",
+        "",
+        "",
         "def load(device='cuda'):",
-        '    """Compile every kernel (TileLang caches on disk) and return launch(out, '
-        f'{arg_names})."""',
+        '    """Compile (or load from cache) and return launch(out, '
+        f'{arg_names}): enqueues every kernel on the current stream."""',
         "    device = torch.device(device)",
         "    if device.type == 'cuda' and device.index is None:",
         "        device = torch.device('cuda', torch.cuda.current_device())",
+        "    kernels = compile_kernels()",
     ]
     for kl in kls:
-        lines.append(f"    {kl.spec.name} = tilelang.compile(build_{kl.spec.name}(), "
-                     "target='cuda')")
+        lines.append(f"    {kl.spec.name} = kernels[{kl.spec.name!r}]")
     for nid, view in inter:
         dt = _TORCH_DTYPE[storage_dtype(plan, nid, dtype)]
         lines.append(f"    t{nid} = torch.empty({view!r}, dtype={dt}, device=device)")

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from superopt import errors, wire
 from superopt.dag import Graph, Node
-from superopt.errors import DecodeError, SchemaError, SuperoptError, VersionError
+from superopt.errors import SizeMismatchError, GraphError, DecodeError, SchemaError, SuperoptError, VersionError
 from superopt.wire import Derivation, Step
 from superopt.workloads import WORKLOADS, matmul_graph
 
@@ -514,14 +514,14 @@ def test_graph_size_mismatch_in_matmul():
     assert e.value.path == "graph.nodes[2]"
 
 
-def test_graph_to_wire_rejects_what_the_decoder_would():
-    with pytest.raises(SchemaError) as e:
-        wire.graph_to_wire(matmul_graph(2, 2**31, 4))
-    assert e.value.path == "graph.axes[1][1]"
-    g = Graph("t", (("m", 2),), (Node("const", value=float("nan")),), 0)
-    with pytest.raises(SchemaError) as e:
-        wire.graph_to_wire(g)
-    assert e.value.path == "graph.nodes[0].value"
+def test_graph_refuses_what_the_decoder_would():
+    # the Graph itself holds the wire's bounds: sizes below 2^31, no NaN constants
+    with pytest.raises(SizeMismatchError) as e:
+        matmul_graph(2, 2**31, 4)
+    assert e.value.path == "axes[1]"
+    with pytest.raises(GraphError) as e:
+        Graph("t", (("m", 2),), (Node("const", value=float("nan")),), 0)
+    assert e.value.path == "nodes[0]"
 
 
 def test_graph_from_wire_custom_path():
