@@ -3,19 +3,15 @@
 For each of the five workloads of WORKLOADS.md, the peers are callables on the *same*
 positional inputs as the graph (order of :data:`WORKLOAD_INPUTS`), returning the output:
 
-================================================  ==================================================
-peer                                              what it runs
-================================================  ==================================================
-``eager``                                         plain PyTorch in the input dtype (fp32 accumulation
-                                                  inside the library GEMMs; RMSNorm's statistic in
-                                                  fp32, as Llama-style code does)
-``torch.compile``                                 ``torch.compile(eager)`` (default mode)
-``torch.compile max-autotune-no-cudagraphs``      ``torch.compile(eager, mode="max-autotune-no-cudagraphs")``
-``cuBLAS``                                        matmul only: ``torch.mm(X, W)``, the one library call
-``SDPA cuDNN``, ``SDPA flash``                    attention only: ``scaled_dot_product_attention(Q, K,
-                                                  V, scale=1.0)`` under ``sdpa_kernel`` with that
-                                                  backend (the literal graph has no 1/sqrt(d_h))
-================================================  ==================================================
+* ``eager``: plain PyTorch in the input dtype (fp32 accumulation inside the library GEMMs;
+  RMSNorm's statistic in fp32, as Llama-style code does);
+* ``torch.compile``: ``torch.compile(eager)`` (default mode);
+* ``torch.compile max-autotune-no-cudagraphs``: ``torch.compile(eager,
+  mode="max-autotune-no-cudagraphs")``;
+* ``cuBLAS`` (matmul only, the one workload that is one library call): ``torch.mm(X, W)``;
+* ``SDPA cuDNN`` and ``SDPA flash`` (attention only):
+  ``scaled_dot_product_attention(Q, K, V, scale=1.0)`` on ``[1, h, t, d_h]`` views under
+  ``sdpa_kernel`` with that one backend (the literal graph has no 1/sqrt(d_h)).
 
 :func:`run_peers` checks each against the float64 reference and times it (call and graph,
 :mod:`superopt.timing`); any failure (backend unavailable, compile error) is recorded in

@@ -45,7 +45,6 @@ import struct
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any, BinaryIO
 
 #: Frame header: the payload length, 8 bytes little-endian.
