@@ -63,21 +63,21 @@ def render(dot: str, out: Path) -> Path:
     """Render DOT to ``out`` (format from its suffix: .png, .svg, .pdf; .dot writes the text).
 
     Raises:
-        RuntimeError: graphviz's ``dot`` program is not installed (the .dot text is still
-            written next to ``out``).
+        RuntimeError: the graphviz package or its ``dot`` program is missing (the .dot text
+            is still written next to ``out``).
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".dot":
         out.write_text(dot)
         return out
-    import graphviz
-    src = graphviz.Source(dot)
     try:
-        data = src.pipe(format=out.suffix.lstrip(".") or "png")
-    except graphviz.backend.ExecutableNotFound:
+        import graphviz
+        data = graphviz.Source(dot).pipe(format=out.suffix.lstrip(".") or "png")
+    except Exception as e:  # noqa: BLE001 - no graphviz package, or no `dot` program
         out.with_suffix(".dot").write_text(dot)
-        raise RuntimeError(f"graphviz's `dot` is not installed; wrote {out.with_suffix('.dot')} "
-                           "instead (apt-get install graphviz)") from None
+        raise RuntimeError(f"could not render with graphviz ({type(e).__name__}); wrote "
+                           f"{out.with_suffix('.dot')} instead (pip install graphviz; "
+                           "apt-get install graphviz)") from None
     out.write_bytes(data)
     return out
