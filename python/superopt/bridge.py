@@ -14,7 +14,7 @@ request    backend call                                                        r
 ping       --                                                                  pong
 derive     ``superopt.derive.derive_all(graph, max_depth)``                    derivations
 lower      ``superopt.lower.lower_derivation(graph, derivation, config)``      lowered
-tune       ``superopt.search.tune(graph, derivations, dtype, budget_candidates,  results
+tune       ``superopt.search.tune_request(graph, derivations, dtype, budget_...,  results
            budget_seconds, out_dir)``
 =========  ==================================================================  ============
 
@@ -66,7 +66,7 @@ def _dispatch(req: dict) -> dict:
         return wire.pong_response(__version__)
     if kind == "derive":
         derive_all = _backend("superopt.derive", "derive_all")
-        derivations = derive_all(req["graph"], req["max_depth"])
+        derivations = [d.derivation for d in derive_all(req["graph"], req["max_depth"])]
         return _response("superopt.derive.derive_all", wire.derivations_response, derivations)
     if kind == "lower":
         lower_derivation = _backend("superopt.lower", "lower_derivation")
@@ -74,7 +74,7 @@ def _dispatch(req: dict) -> dict:
         return _response("superopt.lower.lower_derivation",
                          lambda m: wire.lowered_response(m.source, m.source_hash), mod)
     if kind == "tune":
-        tune = _backend("superopt.search", "tune")
+        tune = _backend("superopt.search", "tune_request")
         res = tune(req["graph"], req["derivations"], req["dtype"], req["budget_candidates"],
                    req["budget_seconds"], req["out_dir"])
         return _response("superopt.search.tune", wire.results_to_wire, res)

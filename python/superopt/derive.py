@@ -11,8 +11,9 @@ Algorithm (mirrored by ``Superopt.Derive.deriveAll`` in Lean, same ids, same ord
 3. Complete each discovered plan: for each kernel in order, ``stream_reduction`` if it has an
    unstreamed reduction axis, then ``tile_parallel`` on each tileable axis not yet tiled. These
    steps are appended to the derivation, so every derivation is explicit.
-4. Keep the completed plans that the lowering can express (:func:`superopt.lower.lowerable`),
-   in discovery order, with ids ``d0, d1, ...``.
+4. Number the distinct completed plans in discovery order: ids ``d0, d1, ...``. Then keep
+   those the lowering can express (:func:`superopt.lower.lowerable`); ids keep their number,
+   so the Lean enumerator, which does not lower, assigns the same ids.
 
 Each derivation is its ordered list of :class:`~superopt.wire.Step`\\ s; :func:`replay`
 applies one to the graph again and is how a derivation received over the wire is checked.
@@ -100,9 +101,9 @@ def derive_all(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
         if key in seen:
             continue
         seen.add(key)
+        d = Derivation(graph.name, f"d{len(seen) - 1}", steps + tail)
         if lowerable_only and not lowerable(done):
             continue
-        d = Derivation(graph.name, f"d{len(out)}", steps + tail)
         out.append(Derived(d, done))
     return out
 

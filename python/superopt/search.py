@@ -160,8 +160,12 @@ def _lower_module_to_cuda(path: str) -> str | None:
 
 def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
          device: str = "cuda", out_dir: str | None = None, progress: bool = True,
-         command: str | None = None, peers: bool = True, timing: Any = None) -> dict:
+         command: str | None = None, peers: bool = True, timing: Any = None,
+         derived: list[Derived] | None = None) -> dict:
     """Run the main job on ``graph`` and return its record (see the module docstring).
+
+    Args:
+        derived: the derivations to search (default: :func:`derive_all` of ``graph``).
 
     Raises:
         NoCudaError: no CUDA GPU (before anything is compiled).
@@ -170,8 +174,12 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     from .runner import Candidate, Runner, environment_record, run_candidates
     from .timing import floor_us
 
+    import torch
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        from .errors import NoCudaError
+        raise NoCudaError("timing needs a CUDA GPU and torch sees none here", path="device")
     t0 = time.time()
-    planned, derived = plan_candidates(graph, dtype=dtype, budget=budget)
+    planned, derived = plan_candidates(graph, dtype=dtype, budget=budget, derived=derived)
     by_id = {c.id: c for c in planned}
     with Runner(graph, dtype=dtype, device=device, timing=timing) as runner:
         env = runner.environment()
@@ -236,3 +244,42 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         from .report import write_outputs
         write_outputs(record, graph, by_id, Path(out_dir))
     return record
+
+
+def results_for_wire(record: dict) -> dict:
+    """The ``results`` response (docs/wire.md) of a :func:`tune` record: what Lean receives."""
+    cands = [{"id": c["id"], "derivation": c["derivation_id"], "config": c["config"],
+              "status": c["status"], "call_us": c.get("call_us"), "graph_us": c.get("graph_us"),
+              "relerr": c.get("relerr"), "source_hash": c.get("source_hash", ""),
+              "error": c.get("error")} for c in record["candidates"]]
+    peers = [{"name": p["name"], "call_us": p.get("call_us"), "graph_us": p.get("graph_us"),
+              "relerr": p.get("relerr"), "status": p["status"]} for p in record["peers"]]
+    return {"workload": record["workload"],
+            "device": str(record.get("environment", {}).get("gpu") or "unknown"),
+            "candidates": cands, "peers": peers, "floor_us": record.get("floor_us"),
+            "top1": record.get("top1")}
+
+
+def tune_request(graph: Graph, derivations: list, dtype: str, budget_candidates: int,
+                 budget_seconds: float, out_dir: str | None) -> dict:
+    """The bridge's ``tune``: check Lean's derivations by replaying them, then :func:`tune`.
+
+    Each derivation is replayed step by step (:func:`superopt.derive.replay`), so a step
+    that does not apply is a :class:`~superopt.errors.DerivationError` naming it; plans the
+    lowering cannot express are left out of the search.
+    """
+    from .derive import replay
+    from .lower import lowerable
+    derived = []
+    for i, d in enumerate(derivations):
+        try:
+            plan = replay(graph, d.steps)
+        except Exception as e:
+            from .errors import DerivationError
+            raise DerivationError(str(e), path=f"derivations[{i}]") from None
+        if lowerable(plan):
+            derived.append(Derived(d, plan))
+    record = tune(graph, dtype=dtype, budget=max(1, budget_candidates),
+                  budget_s=budget_seconds or 600.0, out_dir=out_dir, progress=False,
+                  command="bridge tune", derived=derived)
+    return results_for_wire(record)

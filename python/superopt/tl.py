@@ -73,20 +73,22 @@ def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False) -> t
     return str(artifact.kernel_source), info
 
 
-def compile_kernel(prim_func: Any, out_idx: list[int] | None = None) -> Any:
+def compile_kernel(prim_func: Any, out_idx: list[int] | None = None, target: Any = "cuda") -> Any:
     """Compile a ``T.prim_func`` into a callable ``JITKernel`` for the local GPU.
 
     Args:
         prim_func: a TileLang ``T.prim_func``.
         out_idx: indices of parameters that the call allocates and returns; ``None``
             when the caller passes every tensor (our launchers do).
+        target: ``"cuda"`` (the local GPU) or a target dict; pass :data:`SM90A` on
+            Hopper so that nvcc accepts the warp-specialised kernels' ``setmaxnreg``.
 
     Returns:
         A ``tilelang.JITKernel``; call it with torch CUDA tensors.
     """
     import tilelang
 
-    return tilelang.compile(prim_func, out_idx=out_idx, target="cuda")
+    return tilelang.compile(prim_func, out_idx=out_idx, target=target)
 
 
 def import_module_file(path: str | Path, name: str | None = None) -> ModuleType:

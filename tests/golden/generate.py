@@ -82,6 +82,11 @@ def golden_files() -> dict[str, bytes]:
     files["small_matmul.graph.msgpack"] = wire.encode(wire.graph_to_wire(matmul_graph(2, 3, 4)))
     files["example.derivation.msgpack"] = wire.encode(wire.derivation_to_wire(EXAMPLE_DERIVATION))
     files["example.results.msgpack"] = wire.encode(wire.results_to_wire(EXAMPLE_RESULTS))
+    from superopt.derive import derive_all
+    for name in GRAPH_WORKLOADS:  # every distinct completed derivation, lowerable or not
+        derived = derive_all(WORKLOADS[name].graph(), lowerable_only=False)
+        files[f"{name}.derivations.msgpack"] = wire.encode(
+            wire.derivations_response([d.derivation for d in derived]))
     files["derive.request.msgpack"] = wire.encode(
         wire.derive_request(WORKLOADS["matmul"].graph(), 4))
     requests = {
@@ -107,6 +112,9 @@ _DESCRIPTIONS = {
     "example.derivation.msgpack": "an illustrative attention derivation (every step value type)",
     "example.results.msgpack": ("an illustrative `results` response (ok, compile_error, "
                                 "NaN relerr, skipped peer, nils)"),
+    **{f"{w}.derivations.msgpack": (f"every derivation of `{w}` (reference case, default depth, "
+                                    "lowerable or not): the Lean enumerator's golden output")
+       for w in ("attention", "swiglu", "matmul", "rmsnorm", "rmsnorm_mlp")},
     "derive.request.msgpack": "`derive` request: the matmul reference graph, max_depth 4",
     "ping.request.msgpack": "`{\"v\":1,\"kind\":\"ping\"}`",
     "ping.response.msgpack": "`pong` with the package version",

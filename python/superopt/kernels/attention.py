@@ -282,19 +282,27 @@ def attention_registers_per_thread(spec: AttentionSpec, cfg: AttentionConfig) ->
     return int(math.ceil(frag)) + 40
 
 
-def _consumer_register_budget(cfg: AttentionConfig) -> int:
-    """``setmaxnreg`` value for consumer warpgroups of the ``"ws"`` schedule."""
+def _ws_blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Blocks per SM the ``"ws"`` kernel is built for: 2 for one consumer warpgroup when two
+    blocks' shared memory fits in the SM's 228 KiB (1 KiB reserved per block), else 1."""
+    if cfg.consumer_warpgroups == 1 and 2 * (attention_smem_bytes(spec, cfg) + 2048) <= 228 * 1024:
+        return 2
+    return 1
+
+
+def _consumer_register_budget(cfg: AttentionConfig, blocks_per_sm: int = 1) -> int:
+    """``setmaxnreg`` value for consumer warpgroups of the ``"ws"`` schedule: the block's
+    share of the 64K-register file minus 24 per producer thread, a multiple of 8, <= 240."""
     wgs = cfg.consumer_warpgroups
     producer = 24
-    budget = (REGS_PER_SM - 128 * producer) // (128 * wgs)
+    budget = (REGS_PER_SM // blocks_per_sm - 128 * producer) // (128 * wgs)
     return min(240, budget // 8 * 8)
 
 
 def _blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
-    smem = attention_smem_bytes(spec, cfg) + 1024
-    by_smem = max(1, (228 * 1024) // smem)
-    by_threads = max(1, 2048 // cfg.launch_threads)
-    return max(1, min(by_smem, by_threads, 2 if cfg.schedule == "ws" else 1))
+    if cfg.schedule == "ws":
+        return _ws_blocks_per_sm(spec, cfg)
+    return 1
 
 
 def _estimated_time(spec: AttentionSpec, cfg: AttentionConfig) -> float:
@@ -312,16 +320,16 @@ def _estimated_time(spec: AttentionSpec, cfg: AttentionConfig) -> float:
         eff = 0.80 if cfg.pingpong and cfg.consumer_warpgroups >= 2 else 0.72
         if cfg.consumer_warpgroups == 3:
             eff -= 0.04  # fewer registers per thread (160)
-        if cfg.stages >= 3:
-            eff += 0.005
+        if not cfg.early_rescale:
+            eff -= 0.01  # the O rescale sits on the critical path after PV
     else:
         eff = 0.60 if cfg.threads == 256 and cfg.stages >= 2 else 0.40
+    if _blocks_per_sm(spec, cfg) > 1:
+        eff += 0.04  # two co-resident blocks overlap each other's softmax and GEMMs
     ctas = spec.batch * m_tiles
-    slots = NUM_SMS * _blocks_per_sm(spec, cfg)
-    waves = _ceil_div(ctas, slots)
-    # Full waves cost the same as the last, partly filled one; an underfilled GPU
-    # (ctas < slots) costs one wave whatever the CTA count.
-    wave_factor = waves * slots / ctas
+    # The busiest SM runs ceil(ctas / NUM_SMS) blocks; time follows it, so an underfilled
+    # or ragged last wave costs as much as a full one.
+    wave_factor = _ceil_div(ctas, NUM_SMS) * NUM_SMS / ctas
     per_tile = spec.batch * m_tiles * n_tiles * cfg.block_m * dv * 24.0  # O rescale + sync
     return (work / eff + per_tile) * wave_factor
 
@@ -335,7 +343,7 @@ def _fits(spec: AttentionSpec, cfg: AttentionConfig) -> bool:
             return False  # TMA needs 16-byte global row strides
         if cfg.block_n > 256 or _padded_dim(spec.dqk) > 256 or _padded_dim(spec.dv) > 256:
             return False
-        return regs <= _consumer_register_budget(cfg)
+        return regs <= _consumer_register_budget(cfg, _ws_blocks_per_sm(spec, cfg))
     # pipelined: consumer threads share 64K registers with TileLang's 128-thread producer
     return regs <= 240
 
@@ -350,23 +358,27 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     """
     cands: list[AttentionConfig] = []
     ws_shapes = [
-        # (block_m, block_n, stages, pingpong)
-        (128, 128, 2, True),
-        (128, 128, 2, False),
-        (128, 176, 2, True),
-        (128, 176, 2, False),
-        (128, 128, 3, True),
-        (128, 64, 2, True),
-        (128, 64, 4, True),
-        (128, 96, 2, True),
-        (192, 96, 2, True),
-        (192, 64, 2, True),
-        (64, 128, 2, False),
-        (64, 64, 2, False),
+        # (block_m, block_n, stages, pingpong, early_rescale)
+        (128, 128, 2, True, True),
+        (128, 128, 3, True, True),
+        (128, 176, 2, True, True),
+        (128, 128, 2, True, False),
+        (128, 128, 2, False, True),
+        (128, 176, 2, False, True),
+        (128, 96, 2, True, True),
+        (128, 64, 2, True, True),
+        (128, 64, 4, True, True),
+        (192, 96, 2, True, True),
+        (192, 64, 2, True, True),
+        (64, 64, 2, False, True),
+        (64, 128, 2, False, True),
     ]
-    for bm, bn, st, pp in ws_shapes:
+    for bm, bn, st, pp, early in ws_shapes:
         cands.append(
-            AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=128 * (bm // 64 + 1), schedule="ws", pingpong=pp)
+            AttentionConfig(
+                block_m=bm, block_n=bn, stages=st, threads=128 * (bm // 64 + 1), schedule="ws", pingpong=pp,
+                early_rescale=early,
+            )
         )
     for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
         cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th, schedule="pipelined", pingpong=False))
@@ -527,12 +539,16 @@ def _finish_lines(spec: AttentionSpec, cfg: AttentionConfig, o_buf: str) -> list
         "    rinv[i] = T.if_then_else(l[i] > 0.0, 1.0 / l[i], 0.0)",
         f"for i, j in T.Parallel({bm}, {dv}):",
         "    acc_o[i, j] = acc_o[i, j] * rinv[i]",
-        f"T.copy(acc_o, {o_buf})",
     ]
     if dv == spec.dv:
+        # Stage through shared memory: swizzled stmatrix stores, then one TMA store
+        # (which clips rows past t_q).
+        out.append(f"T.copy(acc_o, {o_buf})")
         out.append(f"T.copy({o_buf}, O[bz, bx * {bm}:(bx + 1) * {bm}, :])")
     else:
-        out.append(f"T.copy({o_buf}[:, 0:{spec.dv}], O[bz, bx * {bm}:(bx + 1) * {bm}, :])")
+        # Padded value dim: a sub-tile of a swizzled shared tile fails TileLang's layout
+        # composition, so store the real columns straight from the fragment.
+        out.append(f"T.copy(acc_o[:, 0:{spec.dv}], O[bz, bx * {bm}:(bx + 1) * {bm}, :])")
     return out
 
 
@@ -550,7 +566,8 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     o_buf = "Q_s" if reuse else "O_s"
     qcols = ", :" if dq == spec.dqk else f", 0:{dq}"
     vcols = ", :" if dv == spec.dv else f", 0:{dv}"
-    nreg = _consumer_register_budget(cfg)
+    blocks_per_sm = _ws_blocks_per_sm(spec, cfg)
+    nreg = _consumer_register_budget(cfg, blocks_per_sm)
     # wgmma accumulators/operands are written asynchronously: after each wait, an empty
     # asm fence on the per-thread registers keeps NVCC from hoisting their uses above the
     # wait (CUTLASS's warpgroup_fence_operand). Counts are 32-bit registers per thread.
@@ -573,6 +590,8 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     b: list[str] = []
     b.append(f"with T.Kernel({_ceil_div(spec.tq, bm)}, {spec.batch}, threads={cfg.threads}) as (bx, bz):")
     i = "    "
+    if blocks_per_sm > 1:
+        b.append(i + f"T.annotate_min_blocks_per_sm({blocks_per_sm})")
     b.append(i + f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
     b.append(i + f'K_s = T.alloc_shared(({st}, {bn}, {dq}), "{dt}")')
     b.append(i + f'V_s = T.alloc_shared(({st}, {bn}, {dv}), "{dt}")')
@@ -581,7 +600,10 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     b.append(i + f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
     b.append(i + f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
     b.append(i + f'acc_o = T.alloc_fragment(({bm}, {dv}), "float32")')
-    for name in ("m", "msc", "msc_prev", "alpha", "rsum", "l", "rinv"):
+    # alpha, msc_prev and rsum only exist with more than one key tile (a fragment that is
+    # never read fails TileLang's layout inference).
+    row_state = ("m", "msc", "msc_prev", "alpha", "rsum", "l", "rinv") if nk > 1 else ("m", "msc", "l", "rinv")
+    for name in row_state:
         b.append(i + f'{name} = T.alloc_fragment(({bm},), "float32")')
     b.append(i + "q_full = T.alloc_barrier(128)")
     b.append(i + f"k_full = T.alloc_barrier([128] * {st})")
@@ -610,7 +632,8 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     c = i + "    "
     b.append(c + f"T.set_max_nreg({nreg}, 1)")
     b.append(c + "T.fill(acc_o, 0.0)")
-    b.append(c + "T.fill(alpha, 1.0)")
+    if nk > 1:
+        b.append(c + "T.fill(alpha, 1.0)")
     b.append(c + 'T.fill(m, -T.infinity("float32"))')
 
     def pp_sync() -> list[str]:

@@ -203,6 +203,11 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             # columns); TileLang 0.1.15 fails "Composition shape divisibility" otherwise.
             raise LoweringError(f"dual_mode 'concat' with b_layout 'kn' needs block_n % 64 "
                                 f"== 0, got {cfg.block_n}")
+        if spec.b_layout == "nk" and cfg.block_k > 64:
+            # Each half is then two 128-byte swizzle atoms wide along k; TileLang 0.1.15
+            # cannot address such a half-tile with TMA ("SMEM layout is not a bijection").
+            raise LoweringError(f"dual_mode 'concat' with b_layout 'nk' needs block_k <= 64, "
+                                f"got {cfg.block_k}")
     if cfg.block_m % 64 or cfg.block_m < 64:
         raise LoweringError(f"block_m must be a multiple of 64 (wgmma M), got {cfg.block_m}")
     if cfg.block_n % 16 or not 16 <= cfg.block_n <= 256:
