@@ -1,0 +1,310 @@
+import Superopt
+
+/-!
+# The Lean test driver (`lake test`)
+
+Checked against the golden wire vectors `tests/golden/*.msgpack` that the Python side
+produces (`python tests/golden/generate.py`), so that the two halves agree byte for byte:
+
+* **golden bytes**: Lean's encoding of the five workload graphs (and the m=2 d=3 n=4 matmul of
+  docs/wire.md 4.1), of the example derivation and of the `ping`, `derive` and malformed-version
+  requests equals the files' bytes;
+* **round trips**: every golden file (but the malformed one) decodes, and re-encodes to the same
+  bytes; graphs and results go through `Graph.ofMsg?` / `Results.ofMsg?` and back;
+* **responses**: the golden error responses decode to the documented error kind and path;
+* **graph checks**: the workload graphs are well formed, and each graph error kind is raised
+  where Python raises it;
+* **decoder hardening**: truncated input, `c1`, trailing bytes, deep nesting, huge length
+  headers, repeated or non-string keys, invalid UTF-8 and ext types are rejected.
+
+Usage: `lake test` (from the repository root), or `lake exe superopt_tests [GOLDEN_DIR]`.
+The last line is `N passed, M failed`; the exit status is 1 when anything failed.
+-/
+
+open Superopt
+
+namespace Superopt.Tests
+
+/-- Counts of checks. -/
+structure Counts where
+  /-- Checks that passed. -/
+  passed : Nat := 0
+  /-- Checks that failed. -/
+  failed : Nat := 0
+
+/-- The test monad: counts over `IO`. -/
+abbrev TestM := StateT Counts IO
+
+/-- Record one check. -/
+def check (name : String) (ok : Bool) (detail : String := "") : TestM Unit := do
+  if ok then
+    modify fun c => { c with passed := c.passed + 1 }
+  else
+    modify fun c => { c with failed := c.failed + 1 }
+    let suffix := if detail.isEmpty then "" else ": " ++ detail
+    IO.println s!"FAIL {name}{suffix}"
+
+/-- The bytes of a golden file, or `none` (a failed check) when it cannot be read. -/
+def readGolden (dir : System.FilePath) (name : String) : TestM (Option ByteArray) := do
+  try
+    let bytes ← IO.FS.readBinFile (dir / name)
+    return some bytes
+  catch e =>
+    check s!"read {name}" false (toString e)
+    return none
+
+/-- Compare the bytes Lean produces with a golden file. -/
+def checkBytes (dir : System.FilePath) (name : String) (ours : ByteArray) : TestM Unit := do
+  let golden? ← readGolden dir name
+  if let some golden := golden? then
+    check s!"golden bytes {name}" (Msgpack.bytesEq ours golden)
+      s!"\n  lean:   {Msgpack.hex ours}\n  python: {Msgpack.hex golden}"
+
+/-- Decode a golden file and re-encode it: the same bytes (canonical form). -/
+def checkRoundTrip (dir : System.FilePath) (name : String) : TestM Unit := do
+  let golden? ← readGolden dir name
+  if let some golden := golden? then
+    match Msgpack.decode golden with
+    | .ok v =>
+      check s!"round trip {name}" (Msgpack.bytesEq v.encode golden)
+        s!"\n  re-encoded: {Msgpack.hex v.encode}\n  golden:     {Msgpack.hex golden}"
+    | .error msg => check s!"decode {name}" false msg
+
+/-- A graph builder's graph (a failed check when it fails). -/
+def built (name : String) (g : Except GraphError Graph) : TestM (Option Graph) :=
+  match g with
+  | .ok g => pure (some g)
+  | .error e => do
+    check s!"build {name}" false (toString e)
+    pure none
+
+/-- The example derivation of `tests/golden/generate.py` (`EXAMPLE_DERIVATION`). -/
+def exampleDerivation : Derivation :=
+  { workload := "attention", id := "example", steps := [
+    { rule := "stabilize_softmax", site := [.node 5] },
+    { rule := "online_softmax", site := [.node 5, .axis "t_kv"] },
+    { rule := "exp_to_exp2", site := [.node 4], params := [("scale", .float 1.4426950408889634)] },
+    { rule := "tile_parallel", site := [.axis "t_q"], params := [("block", .int 128)] },
+    { rule := "stream_reduction", site := [.axis "t_kv"],
+      params := [("block", .int 64), ("pipelined", .bool true), ("order", .str "row")] }] }
+
+/-- The graph error kind of building `body` over `axes`, or `"ok"`. -/
+def errorKindOf (axes : List (Axis × Nat)) (body : Dsl.DagM NodeId) : String :=
+  match Dsl.buildGraphWithOutput "t" axes body with
+  | .ok _ => "ok"
+  | .error e => e.kind.wireName
+
+/-- The graph error kind and path of checking `g`, or `"ok"`. -/
+def checkKindOf (g : Graph) : String :=
+  match g.check with
+  | .ok _ => "ok"
+  | .error e => s!"{e.kind.wireName}@{e.path}"
+
+/-- Whether decoding `bytes` fails. -/
+def rejects (bytes : ByteArray) : Bool :=
+  match Msgpack.decode bytes with
+  | .ok _ => false
+  | .error _ => true
+
+/-- The kind and path of an error response file, as `kind@path`. -/
+def responseError (bytes : ByteArray) : String :=
+  match Response.decode? bytes with
+  | .ok (.error e) => s!"{e.kind}@{e.path}"
+  | .ok _ => "not an error response"
+  | .error e => s!"undecodable: {e}"
+
+/-- Decode a golden graph file and re-encode it: `"ok"` when the bytes are the same. -/
+def graphRoundTrip (golden : ByteArray) : String :=
+  match Graph.decode? golden with
+  | .ok g => if Msgpack.bytesEq g.encode golden then "ok" else Msgpack.hex g.encode
+  | .error e => toString e
+
+/-- The derivation of a decoded value, re-encoded and compared with `golden`. -/
+def derivationRoundTripOf (v : MsgValue) (golden : ByteArray) : String :=
+  match Derivation.ofMsg? v with
+  | .ok d => if Msgpack.bytesEq d.toMsg.encode golden then "ok" else Msgpack.hex d.toMsg.encode
+  | .error e => toString e
+
+/-- Decode a derivation file and re-encode it: `"ok"` when the bytes are the same. -/
+def derivationRoundTrip (golden : ByteArray) : String :=
+  match Msgpack.decode golden with
+  | .error msg => msg
+  | .ok v => derivationRoundTripOf v golden
+
+/-- The results of a golden results file, if it decodes. -/
+def resultsOf? (golden : ByteArray) : Option Results :=
+  match Response.decode? golden with
+  | .ok (.results r) => some r
+  | _ => none
+
+/-- Whether the third candidate's relative error is NaN. -/
+def thirdRelerrIsNaN (r : Results) : Bool :=
+  match r.candidates.drop 2 with
+  | c :: _ => (c.relerr.map Float.isNaN).getD false
+  | [] => false
+
+/-- The kind and path of decoding a graph map, or `"ok"`. -/
+def graphErrorOf (v : MsgValue) : String :=
+  match Graph.ofMsg? v "graph" with
+  | .ok _ => "ok"
+  | .error e => s!"{e.kind}@{e.path}"
+
+/-- The kind and path of the graph error of a request's `graph` field, or `"ok"`. -/
+def requestGraphError (bytes : ByteArray) : String :=
+  match Msgpack.decode bytes with
+  | .ok (.map entries) => graphErrorOf (Wire.field entries "graph")
+  | _ => "undecodable"
+
+/-- Every check. -/
+def runAll (dir : System.FilePath) : TestM Unit := do
+  -- golden bytes of the workload graphs
+  let graphs : List (String × Except GraphError Graph) := [
+    ("attention", attentionGraph), ("swiglu", swigluGraph), ("matmul", matmulGraph),
+    ("rmsnorm", rmsnormGraph), ("rmsnorm_mlp", rmsnormMlpGraph),
+    ("small_matmul", matmulGraph 2 3 4)]
+  for (name, g?) in graphs do
+    let built? ← built name g?
+    if let some g := built? then
+      check s!"check {name}" (checkKindOf g == "ok") (checkKindOf g)
+      checkBytes dir s!"{name}.graph.msgpack" g.encode
+      -- decode the golden file back into a graph and re-encode it
+      let golden? ← readGolden dir s!"{name}.graph.msgpack"
+      if let some golden := golden? then
+        check s!"graph round trip {name}" (graphRoundTrip golden == "ok") (graphRoundTrip golden)
+  -- the registry builds the same graphs
+  for w in workloads do
+    match w.graphWithCase [], workloadByName? w.name with
+    | .ok g, some _ =>
+      let golden? ← readGolden dir s!"{w.name}.graph.msgpack"
+      if let some golden := golden? then
+        check s!"registry {w.name}" (Msgpack.bytesEq g.encode golden)
+    | _, _ => check s!"registry {w.name}" false
+  check "case override" (match (workloadByName? "matmul").map (·.graphWithCase [("m", 2)]) with
+    | some (.ok g) => g.axes == [("m", 2), ("d", 4096), ("n", 4096)]
+    | _ => false)
+  check "case unknown axis" (match (workloadByName? "matmul").map (·.graphWithCase [("h", 2)]) with
+    | some (.error _) => true
+    | _ => false)
+  -- golden bytes of derivations and requests
+  checkBytes dir "example.derivation.msgpack" exampleDerivation.toMsg.encode
+  checkBytes dir "ping.request.msgpack" Wire.pingRequest.encode
+  let matmul? ← built "matmul" matmulGraph
+  if let some g := matmul? then
+    checkBytes dir "derive.request.msgpack" (Wire.deriveRequest g 4).encode
+  checkBytes dir "bad_version.request.msgpack"
+    (MsgValue.map [("v", .int 2), ("kind", .str "ping")]).encode
+  checkBytes dir "unknown_kind.request.msgpack"
+    (MsgValue.map [("v", .int 1), ("kind", .str "frobnicate")]).encode
+  -- every golden file round-trips through the codec
+  for name in ["attention.graph.msgpack", "swiglu.graph.msgpack", "matmul.graph.msgpack",
+      "rmsnorm.graph.msgpack", "rmsnorm_mlp.graph.msgpack", "small_matmul.graph.msgpack",
+      "example.derivation.msgpack", "example.results.msgpack", "derive.request.msgpack",
+      "ping.request.msgpack", "ping.response.msgpack", "bad_version.request.msgpack",
+      "bad_version.response.msgpack", "unknown_kind.request.msgpack",
+      "unknown_kind.response.msgpack", "malformed.response.msgpack",
+      "schema_error.request.msgpack", "schema_error.response.msgpack"] do
+    checkRoundTrip dir name
+  -- typed round trips
+  let derivationGolden? ← readGolden dir "example.derivation.msgpack"
+  if let some golden := derivationGolden? then
+    check "derivation round trip" (derivationRoundTrip golden == "ok") (derivationRoundTrip golden)
+  let resultsGolden? ← readGolden dir "example.results.msgpack"
+  if let some golden := resultsGolden? then
+    match resultsOf? golden with
+    | some r =>
+      check "results round trip" (Msgpack.bytesEq r.toMsg.encode golden)
+      check "results fields" (r.workload == "matmul" && r.candidates.length == 3 &&
+        r.peers.length == 2 && r.top1 == some "d0/c0")
+      check "results NaN relerr" (thirdRelerrIsNaN r)
+    | none => check "results decode" false
+  -- golden responses
+  let pong? ← readGolden dir "ping.response.msgpack"
+  if let some b := pong? then
+    check "ping response" (match Response.decode? b with
+      | .ok (.pong _) => true
+      | _ => false)
+  for (name, want) in [("bad_version", "version@v"), ("unknown_kind", "unknown_kind@kind"),
+      ("malformed", "decode@"), ("schema_error", "schema@graph.nodes[2].op")] do
+    let b? ← readGolden dir s!"{name}.response.msgpack"
+    if let some b := b? then
+      check s!"{name} response" (responseError b == want) (responseError b)
+  let malformed? ← readGolden dir "malformed.request.msgpack"
+  if let some b := malformed? then
+    check "malformed request rejected" (rejects b)
+  let schemaReq? ← readGolden dir "schema_error.request.msgpack"
+  if let some b := schemaReq? then
+    let got := requestGraphError b
+    check "schema error path" (got == "schema@graph.nodes[2].op") got
+  -- graph errors, as Python raises them
+  check "unknown axis" (errorKindOf [("m", 2)] (Dsl.input "X" ["m", "k"]) == "unknown_axis")
+  check "repeated input axis" (errorKindOf [("m", 2)] (Dsl.input "X" ["m", "m"]) == "graph")
+  check "reduce axis" (errorKindOf [("m", 2), ("n", 3)] (do
+    let x ← Dsl.input "X" ["m"]
+    Dsl.red .sum "n" x) == "reduce_axis")
+  check "contraction" (errorKindOf [("m", 2), ("n", 3)] (do
+    let x ← Dsl.input "X" ["m"]
+    Dsl.matmul x x "n" "m") == "contraction")
+  check "size mismatch" (errorKindOf [("m", 2), ("n", 3)] (do
+    let x ← Dsl.input "X" ["m", "n"]
+    Dsl.matmul x x "m" "n") == "size_mismatch")
+  check "axis table" (errorKindOf [("m", 2), ("m", 3)] (Dsl.input "X" ["m"]) == "size_mismatch")
+  check "dangling in DSL" (errorKindOf [("m", 2)] (Dsl.exp 7) == "dangling_node")
+  check "cycle" (checkKindOf { name := "c", axes := [("m", 2)], output := 1,
+    nodes := #[.input "X" ["m"], .unary .exp 1] } == "cycle@nodes[1]")
+  check "dangling" (checkKindOf { name := "d", axes := [("m", 2)], output := 1,
+    nodes := #[.input "X" ["m"], .unary .exp 9] } == "dangling_node@nodes[1]")
+  check "dangling output" (checkKindOf { name := "o", axes := [("m", 2)], output := 3,
+    nodes := #[.input "X" ["m"]] } == "dangling_node@output")
+  check "broadcast axes" (outputAxesOf (Dsl.buildGraphWithOutput "b" [("m", 2), ("n", 3)] (do
+      let x ← Dsl.input "X" ["m"]
+      let y ← Dsl.input "Y" ["n", "m"]
+      Dsl.add x y)) == ["m", "n"])
+  check "matmul batch axes" (outputAxesOf attentionGraph == ["h", "t_q", "d_h"])
+  -- decoder hardening (docs/wire.md section 2)
+  let deep := Msgpack.bytesOf (List.replicate 100000 0x91 ++ [0x00])
+  check "100000 nested arrays rejected" (rejects deep)
+  check "64 nested arrays accepted" (!rejects (Msgpack.bytesOf (List.replicate 63 0x91 ++ [0x90])))
+  check "65 nested arrays rejected" (rejects (Msgpack.bytesOf (List.replicate 65 0x91 ++ [0x00])))
+  check "huge array header"
+    (rejects (Msgpack.bytesOf [0xdd, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0]))
+  check "huge str header" (rejects (Msgpack.bytesOf [0xdb, 0xff, 0xff, 0xff, 0xff, 0x61]))
+  check "empty" (rejects ByteArray.empty)
+  check "c1" (rejects (Msgpack.bytesOf [0xc1]))
+  check "truncated" (rejects (Msgpack.bytesOf [0xcd, 0x01]))
+  check "trailing" (rejects (Msgpack.bytesOf [0xc0, 0xc0]))
+  check "ext" (rejects (Msgpack.bytesOf [0xd4, 0x01, 0x02]))
+  check "timestamp ext" (rejects (Msgpack.bytesOf [0xd6, 0xff, 0, 0, 0, 0]))
+  check "invalid utf-8" (rejects (Msgpack.bytesOf [0xa2, 0xc3, 0x28]))
+  check "non-string key" (rejects (Msgpack.bytesOf [0x81, 0x01, 0x02]))
+  check "repeated key" (rejects (Msgpack.bytesOf [0x82, 0xa1, 0x61, 0x01, 0xa1, 0x61, 0x02]))
+  check "non-canonical accepted" (match Msgpack.decode (Msgpack.bytesOf [0xd1, 0x00, 0x05]) with
+    | .ok (.int i) => i == 5
+    | _ => false)
+  check "float32 accepted" (match Msgpack.decode (Msgpack.bytesOf [0xca, 0x3f, 0xc0, 0, 0]) with
+    | .ok (.float f) => f == 1.5
+    | _ => false)
+  -- canonical integer and string forms
+  for (n, want) in [((0 : Int), "00"), (127, "7f"), (128, "cc80"), (255, "ccff"),
+      (256, "cd0100"), (65535, "cdffff"), (65536, "ce00010000"),
+      (4294967296, "cf0000000100000000"), (-1, "ff"), (-32, "e0"), (-33, "d0df"),
+      (-128, "d080"), (-129, "d1ff7f"), (-32768, "d18000"), (-32769, "d2ffff7fff"),
+      (-2147483649, "d3ffffffff7fffffff")] do
+    check s!"int {n}" (Msgpack.hex (MsgValue.int n).encode == want)
+      (Msgpack.hex (MsgValue.int n).encode)
+  check "str8" (Msgpack.hex (MsgValue.str "abcdefghijklmnopqrstuvwxyz012345").encode ==
+    "d920" ++ Msgpack.hex "abcdefghijklmnopqrstuvwxyz012345".toUTF8)
+  check "-0.0" (Msgpack.hex (MsgValue.float (-0.0)).encode == "cb8000000000000000")
+  check "utf-8 round trip" (match Msgpack.decode (MsgValue.str "µs → λ").encode with
+    | .ok (.str s) => s == "µs → λ"
+    | _ => false)
+
+end Superopt.Tests
+
+/-- Run every check against `tests/golden` (or the directory given as the first argument). -/
+def main (args : List String) : IO UInt32 := do
+  let dir : System.FilePath := match args with
+    | d :: _ => System.FilePath.mk d
+    | [] => System.FilePath.mk "tests/golden"
+  let (_, counts) ← (Superopt.Tests.runAll dir).run {}
+  IO.println s!"{counts.passed} passed, {counts.failed} failed"
+  return if counts.failed == 0 then 0 else 1
