@@ -437,7 +437,7 @@ class LoweredModule:
     """A generated module: its source text, content hash and (once written) file path.
 
     ``load(device)`` imports it and returns its launcher ``launch(out, *inputs)`` (compiling
-    the kernels with TileLang; needs a GPU); ``prim_funcs()`` builds its ``T.prim_func``\ s.
+    the kernels with TileLang; needs a GPU); ``prim_funcs()`` builds its ``T.prim_func`` objects.
     """
 
     source: str
