@@ -122,8 +122,9 @@ def _single_output(plan: Plan, k: int) -> NodeId:
 
 
 def _tensor_name(graph: Graph, node: NodeId) -> str:
-    n = graph.nodes[node]
-    return n.name if n.op == "input" else f"t{node}"
+    """The kernel parameter name of a node's tensor: ``v<id>`` (graph input names may be any
+    string and could clash with a template's own names)."""
+    return f"v{node}"
 
 
 def _match_elementwise(plan: Plan, k: int, dtype: str) -> KernelLowering:
@@ -475,8 +476,10 @@ def module_source(plan: Plan, configs: list, *, dtype: str = "float16",
         lines.append("")
     # intermediates: every kernel output that is not the graph output
     inter = [(kl.output, kl.output_view) for kl in kls if kl.output != g.output]
-    names = {nid: n.name for nid, n in enumerate(g.nodes) if n.op == "input"}
-    arg_names = ", ".join(n for n, _ in inputs)
+    # launcher variables: graph inputs in0, in1, ... (their names may be any string), the
+    # intermediates t<id>, the output out
+    names = {nid: f"in{i}" for i, nid in enumerate(g.input_ids)}
+    arg_names = ", ".join(names[nid] for nid in g.input_ids)
     lines += [
         "",
         "def _check(name, t, shape, dtype, device):",
@@ -527,8 +530,8 @@ def module_source(plan: Plan, configs: list, *, dtype: str = "float16",
         lines.append(f"    t{nid} = torch.empty({view!r}, dtype={dt}, device=device)")
     lines += ["", f"    def launch(out, {arg_names}):"]
     dt_in = _TORCH_DTYPE[dtype]
-    for nm, shape in inputs:
-        lines.append(f"        _check({nm!r}, {nm}, {shape!r}, {dt_in}, device)")
+    for (nm, shape), nid in zip(inputs, g.input_ids):
+        lines.append(f"        _check({nm!r}, {names[nid]}, {shape!r}, {dt_in}, device)")
     lines.append(f"        _check('out', out, {g.output_shape!r}, {dt_in}, device)")
     for kl in kls:
         args = []
