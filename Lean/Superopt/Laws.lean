@@ -72,8 +72,8 @@ class ScalarOps (α : Type) extends Add α, Mul α, Sub α, Neg α, Div α where
 
 /-- The algebraic laws that the rewrite rules are proved from.
 
-A commutative ring with a division that is exact on non-zero divisors (`x / 0` is left
-unconstrained except for `zero_div`-style distributivity, as with ℝ and `x / 0 = 0`), an
+A commutative ring with a division that is exact on non-zero divisors (`x / 0` is constrained
+only by `div_mul_eq_mul_div`, `add_div` and `zero_div`, which hold in ℝ with `x / 0 = 0`), an
 exponential that turns sums into products and never vanishes, `exp2 (x * log2e) = exp x`, and an
 associative, commutative, idempotent `max`. ℝ satisfies every field. -/
 class ScalarLaws (α : Type) extends ScalarOps α where

@@ -25,9 +25,10 @@ which is the float64 ground truth every kernel is checked against.
 
 * `denote_eq_step`: `denote` unfolds one node, with every argument denoted by `denote` itself
   (the fuel does not matter, `denoteAux_fuel`).
-* `denote_input`, `denote_unary`, `denote_binary`, `denote_reduce`, `denote_matmul`: the
-  denotation of each kind of node, given `g.nodes[i]? = some node` and that its arguments are
-  earlier nodes. The rules in `Superopt.Rules` are stated through these lemmas.
+* `denote_input`, `denote_const`, `denote_unary`, `denote_binary`, `denote_reduce`,
+  `denote_matmul`: the denotation of each kind of node, given `g.nodes[i]? = some node` and
+  that its arguments are earlier nodes. The rules in `Superopt.Rules` are stated through these
+  lemmas.
 * `denote_reduce_invariant`: a reduction over `axis` does not depend on the position along
   `axis`.
 
@@ -152,7 +153,7 @@ theorem denoteAux_fuel (g : Graph) (env : String → Index → α) (a : Nat) :
     ∀ (b j : Nat) (idx : Index), j < a → j < b →
       denoteAux g env a j idx = denoteAux g env b j idx := by
   induction a with
-  | zero => intro b j idx ha _; exact absurd ha (Nat.not_lt_zero j)
+  | zero => intro _ j _ ha _; exact absurd ha (Nat.not_lt_zero j)
   | succ a ih =>
     intro b j idx ha hb
     cases b with
@@ -185,6 +186,13 @@ theorem denote_eq_step (g : Graph) (env : String → Index → α) (i : NodeId) 
 theorem denote_input {g : Graph} {env : String → Index → α} {i : NodeId} {name : String}
     {axes : List Axis} (h : g.nodes[i]? = some (.input name axes)) (idx : Index) :
     denote g env i idx = env name idx := by
+  rw [denote_eq_step g env i idx]
+  simp only [step, h, evalNode]
+
+/-- A `const` node denotes its literal. -/
+theorem denote_const {g : Graph} {env : String → Index → α} {i : NodeId} {value : Float}
+    (h : g.nodes[i]? = some (.const value)) (idx : Index) :
+    denote g env i idx = ScalarOps.ofFloat value := by
   rw [denote_eq_step g env i idx]
   simp only [step, h, evalNode]
 
