@@ -5,13 +5,16 @@ import Superopt
 
 ```
 lake exe superopt attention [--case k=v,...] [--budget N] [--seconds S] [--out DIR]
-                            [--dtype fp16|bf16] [--max-depth D]
+                            [--dtype fp16|bf16] [--max-depth D] [--python-derive]
 ```
 
 1. builds the workload's graph in Lean (`Superopt.workloadByName?`, `--case` overrides);
-2. asks the backend for its derivations (a `derive` request; `Superopt.Derive` will take this
-   over once the Lean enumerator lands);
-3. sends a `tune` request through the FFI bridge (`Superopt.bridgeCall`);
+2. enumerates its derivations in Lean (`Superopt.Derive.deriveAll`: every distinct completed
+   plan, ids `d0, d1, …`, the same as Python's `derive_all`; docs/derivations.md), or, with
+   `--python-derive`, asks the backend for them (a `derive` request);
+3. sends a `tune` request with those derivations through the FFI bridge
+   (`Superopt.bridgeCall`); the backend replays each one, drops the plans it cannot lower, and
+   times the rest per derivation id;
 4. prints the ranked candidates (id, derivation, status, µs per call, µs per CUDA-graph replay,
    relative error) and the peers;
 5. writes the response bytes to `DIR/results.msgpack` (default
@@ -39,13 +42,15 @@ structure Options where
   outDir : Option String := none
   /-- `"float16"` or `"bfloat16"`. -/
   dtype : String := "float16"
-  /-- Most rewrite steps per derivation. -/
-  maxDepth : Nat := 4
+  /-- Most search-rule steps per derivation (before completion). -/
+  maxDepth : Nat := Derive.defaultMaxDepth
+  /-- Ask the Python backend for the derivations instead of enumerating them in Lean. -/
+  pythonDerive : Bool := false
 
 /-- The usage text. -/
 def usage : String :=
   "usage: lake exe superopt WORKLOAD [--case k=v,...] [--budget N] [--seconds S] [--out DIR]\n" ++
-  "                                  [--dtype fp16|bf16] [--max-depth D]\n" ++
+  "                                  [--dtype fp16|bf16] [--max-depth D] [--python-derive]\n" ++
   "workloads: " ++ ", ".intercalate workloadNames ++ "\n" ++
   "Derives equivalent programs of WORKLOAD (rewrite rules proved in Lean), lowers them to\n" ++
   "TileLang, compiles, checks and times them on the GPU, and prints the ranked table.\n" ++
@@ -55,7 +60,10 @@ def usage : String :=
   "  --out DIR        artifacts and results.msgpack go to DIR\n" ++
   "                   (default: .superopt/last-results.msgpack)\n" ++
   "  --dtype T        fp16 (default) or bf16\n" ++
-  "  --max-depth D    most rewrite steps per derivation (default 4)\n"
+  s!"  --max-depth D    most search-rule steps per derivation " ++
+  s!"(default {Derive.defaultMaxDepth})\n" ++
+  "  --python-derive  ask the Python backend for the derivations (a derive request)\n" ++
+  "                   instead of enumerating them in Lean\n"
 
 /-- Parse `"m=256,n=512"` (Python: `parse_case`).
 
@@ -114,6 +122,11 @@ def parseArgs (args : List String) : Except String (Option Options) := do
     | arg :: tail =>
       let (opt, inline?) := splitOpt arg
       if opt == "--help" || opt == "-h" then return none
+      if opt == "--python-derive" then
+        if inline?.isSome then throw s!"{opt} takes no value"
+        opts := { opts with pythonDerive := true }
+        rest := tail
+        continue
       let valueOpts := ["--case", "--budget", "--seconds", "--out", "--dtype", "--max-depth"]
       if valueOpts.contains opt then
         let (value, tail') ← match inline?, tail with
@@ -243,14 +256,24 @@ def resultsPath (outDir : Option String) : System.FilePath :=
   | some d => System.FilePath.mk d / "results.msgpack"
   | none => System.FilePath.mk ".superopt" / "last-results.msgpack"
 
+/-- The derivations of `g`: enumerated in Lean (`Superopt.Derive.deriveAll`, the same ids and
+steps as Python's `derive_all`), or asked from the backend with `--python-derive`.
+
+Errors: the backend's error response (`--python-derive`). -/
+def derivationsFor (opts : Options) (g : Graph) : IO (List Derivation) := do
+  if opts.pythonDerive then
+    match ← callBackend (Wire.deriveRequest g opts.maxDepth) with
+    | .derivations ds => return ds
+    | _ => throw (IO.userError "the backend answered derive with something other than derivations")
+  else
+    return (Derive.deriveAll g opts.maxDepth).toList
+
 /-- Derive, tune and report `g`; returns the exit status. -/
 def runGraph (opts : Options) (g : Graph) : IO UInt32 := do
-  -- derivations: asked from the backend until the Lean enumerator (Superopt.Derive) lands
-  let derived ← callBackend (Wire.deriveRequest g opts.maxDepth)
-  let derivations ← match derived with
-    | .derivations ds => pure ds
-    | _ => throw (IO.userError "the backend answered derive with something other than derivations")
-  IO.println s!"{opts.workload}: {g.nodes.size} nodes, {derivations.length} derivation(s)"
+  let derivations ← derivationsFor opts g
+  let source := if opts.pythonDerive then "Python" else "Lean"
+  IO.println (s!"{opts.workload}: {g.nodes.size} nodes, {derivations.length} derivation(s) " ++
+    s!"enumerated in {source}")
   let req := Wire.tuneRequest g derivations opts.dtype opts.budget (Float.ofNat opts.seconds)
     opts.outDir
   let bytes ← bridgeCall req.encode

@@ -3,6 +3,8 @@ import Superopt.Dsl
 import Superopt.Workloads
 import Superopt.Msgpack
 import Superopt.Wire
+import Superopt.Plan
+import Superopt.Derive
 import Superopt.Ffi
 import Superopt.Laws
 import Superopt.Semantics

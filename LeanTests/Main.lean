@@ -15,7 +15,12 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
 * **graph checks**: the workload graphs are well formed, and each graph error kind is raised
   where Python raises it;
 * **decoder hardening**: truncated input, `c1`, trailing bytes, deep nesting, huge length
-  headers, repeated or non-string keys, invalid UTF-8 and ext types are rejected.
+  headers, repeated or non-string keys, invalid UTF-8 and ext types are rejected;
+* **the enumerator** (`Superopt.Derive`): for each workload, Lean's `deriveAll` encoded as a
+  `derivations` response equals `tests/golden/<workload>.derivations.msgpack` byte for byte
+  (Python's `derive_all(..., lowerable_only=False)`), every derivation replays (each step
+  checked) to the plan it was derived with, and a few rule sites, the canonical renumbering and
+  the bits of `log2e` are checked.
 
 Usage: `lake test` (from the repository root), or `lake exe superopt_tests [GOLDEN_DIR]`.
 The last line is `N passed, M failed`; the exit status is 1 when anything failed.
@@ -154,6 +159,87 @@ def requestGraphError (bytes : ByteArray) : String :=
   match Msgpack.decode bytes with
   | .ok (.map entries) => graphErrorOf (Wire.field entries "graph")
   | _ => "undecodable"
+
+/-- Where Lean's derivations first differ from the golden response's (for a failed check). -/
+def firstDifference (ds : List Derivation) (golden : ByteArray) : String :=
+  match Response.decode? golden with
+  | .ok (.derivations gs) =>
+    let pairs := ds.zip gs
+    match pairs.find? (fun pr => !Msgpack.bytesEq pr.1.toMsg.encode pr.2.toMsg.encode) with
+    | some pr =>
+      s!"first difference at {pr.1.id}:\n  lean:   {pr.1.toMsg.render}\n" ++
+        s!"  python: {pr.2.toMsg.render}"
+    | none => s!"lean has {ds.length} derivation(s), python {gs.length}"
+  | _ => "the golden file is not a derivations response"
+
+/-- The derivations of workload `name`: their number, the golden bytes of the `derivations`
+response, and a checked replay of each to the plan it was derived with. -/
+def checkDerivations (dir : System.FilePath) (name : String) (g : Graph) (count : Nat) :
+    TestM Unit := do
+  let derived := Derive.deriveAllPlans g
+  let ds := derived.toList.map (·.1)
+  check s!"derivation count {name}" (ds.length == count) s!"{ds.length}, expected {count}"
+  check s!"derivation ids {name}"
+    ((ds.zip (List.range ds.length)).all fun pr => pr.1.id == s!"d{pr.2}")
+  let golden? ← readGolden dir s!"{name}.derivations.msgpack"
+  if let some golden := golden? then
+    let ours := (Derive.derivationsResponse ds).encode
+    let same := Msgpack.bytesEq ours golden
+    check s!"golden derivations {name}" same (if same then "" else firstDifference ds golden)
+  let mut bad : Option String := none
+  for (d, plan) in derived do
+    if bad.isNone then
+      match Derive.replay g d.steps with
+      | .ok p =>
+        if !(p.canonical == plan.canonical) then
+          bad := some s!"{d.id} replays to another plan"
+      | .error e => bad := some s!"{d.id}: {e}"
+  check s!"replay {name}" bad.isNone (bad.getD "")
+
+/-- The enumerator: golden derivations of the five workloads, and unit checks. -/
+def runDerive (dir : System.FilePath) : TestM Unit := do
+  check "log2e bits" (Derive.log2e.toBits == 0x3FF71547652B82FE) (toString Derive.log2e.toBits)
+  let counts : List (String × Nat) :=
+    [("attention", 128), ("swiglu", 5), ("matmul", 1), ("rmsnorm", 124), ("rmsnorm_mlp", 835)]
+  for (name, count) in counts do
+    match (workloadByName? name).map (·.graphWithCase []) with
+    | some (.ok g) =>
+      -- the literal workload graphs are already in canonical order
+      check s!"canonical order {name}"
+        (Msgpack.bytesEq (Derive.deadCodeEliminate g).encode g.encode)
+      checkDerivations dir name g count
+    | _ => check s!"workload {name}" false
+  match (attentionGraph : Except GraphError Graph) with
+  | .ok g =>
+    let p := initialPlan g
+    check "attention initial plan"
+      (p.kernels.toList.map (·.nodes.toList) == [[3], [4], [5], [6], [7]])
+    check "attention unscheduled" p.isUnscheduled
+    let sites (xs : List Derive.Site) : Array Derive.Site := xs.toArray
+    check "attention stabilize sites" (Derive.stabilizeSites p == sites [[.node 6]])
+    check "attention factor sites" (Derive.factorSites p == sites [[.node 7, .node 0]])
+    check "attention prologue sites" (Derive.fusePrologueSites p == sites [[.node 3, .node 4]])
+    check "attention epilogue sites" (Derive.fuseEpilogueSites p == sites [[.node 0, .node 1]])
+    check "attention stream sites"
+      (Derive.streamSites p == sites [[.node 0], [.node 2], [.node 4]])
+    check "attention share and split sites"
+      ((Derive.shareSites p).isEmpty && (Derive.splitSites p).isEmpty &&
+        (Derive.onlineSites p).isEmpty)
+    check "attention domain" (p.domain 4 == ["h", "t_q", "d_h"])
+    check "attention reduction axis" (p.reductionAxis 4 == some "t_kv")
+    check "checked apply rejects a bad site"
+      (Derive.stabilizeSoftmax.apply p [.node 5]).isNone
+    check "checked apply accepts a listed site"
+      (Derive.stabilizeSoftmax.apply p [.node 6]).isSome
+    -- exp_to_exp2 introduces the constant log2(e), bit for bit
+    match Derive.expToExp2.apply p [.node 4] with
+    | some q =>
+      check "exp_to_exp2 constant" (q.graph.nodes.any fun n => match n with
+        | .const v => v.toBits == 0x3FF71547652B82FE
+        | _ => false)
+      check "exp_to_exp2 leaves the plan unscheduled" q.isUnscheduled
+    | none => check "exp_to_exp2 applies" false
+  | .error e => check "attention graph" false (toString e)
 
 /-- Every check. -/
 def runAll (dir : System.FilePath) : TestM Unit := do
@@ -297,6 +383,8 @@ def runAll (dir : System.FilePath) : TestM Unit := do
   check "utf-8 round trip" (match Msgpack.decode (MsgValue.str "µs → λ").encode with
     | .ok (.str s) => s == "µs → λ"
     | _ => false)
+  -- the enumerator (Superopt.Derive) against Python's golden derivations
+  runDerive dir
 
 end Superopt.Tests
 

@@ -21,7 +21,7 @@ or the output is materialised in ``global`` memory; a node inside the streamed l
 in ``shared``/``fragment``; accumulators and epilogue values live in ``fragment``
 (registers).
 
-Mirrors ``Superopt.Plan`` in ``Lean/Superopt/Derive.lean``.
+Mirrors ``Superopt.Plan`` in ``Lean/Superopt/Plan.lean`` (rules: ``Lean/Superopt/Derive.lean``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ replaced by fakes here, so these tests check the bridge, not the backends.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import copy
 import sys
 import types
@@ -284,9 +286,10 @@ def test_backend_without_function_gives_internal(monkeypatch):
 def test_derive_dispatch(monkeypatch):
     seen = {}
 
-    def derive_all(graph, max_depth):
+    def derive_all(graph, max_depth):  # returns Derived records: (derivation, plan)
         seen["args"] = (graph, max_depth)
-        return [DERIV, Derivation("matmul", "d1", ())]
+        return [SimpleNamespace(derivation=d, plan=None)
+                for d in (DERIV, Derivation("matmul", "d1", ()))]
     fake_module(monkeypatch, "superopt.derive", derive_all=derive_all)
     resp = call(derive_req())
     assert seen["args"] == (WORKLOADS["matmul"].graph(m=4, d=8, n=2), 3)
@@ -320,7 +323,7 @@ def test_tune_dispatch(monkeypatch):
                 "peers": [{"name": "eager", "call_us": 12.0, "graph_us": None, "relerr": 0.0,
                            "status": "ok"}],
                 "floor_us": 5.0, "top1": "c0"}
-    fake_module(monkeypatch, "superopt.search", tune=tune)
+    fake_module(monkeypatch, "superopt.search", tune_request=tune)
     resp = call(tune_req(out_dir="/tmp/x"))
     assert seen["args"] == ([DERIV], "float16", 10, 30.0, "/tmp/x")
     assert list(resp) == list(wire.RESULTS_KEYS)
@@ -352,7 +355,7 @@ def test_backend_bad_return_gives_internal(monkeypatch, ret):
 
 
 def test_tune_bad_result_gives_internal(monkeypatch):
-    fake_module(monkeypatch, "superopt.search", tune=lambda *a: {"workload": "w"})
+    fake_module(monkeypatch, "superopt.search", tune_request=lambda *a: {"workload": "w"})
     kind, _ = err(tune_req())
     assert kind == "internal"
     fake_module(monkeypatch, "superopt.lower",

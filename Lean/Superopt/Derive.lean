@@ -1,0 +1,829 @@
+import Superopt.Plan
+import Superopt.Wire
+
+/-!
+# The derivation enumerator
+
+From a graph, every kernel plan the rewrite rules reach, canonically: the same derivations, with
+the same ids and steps, as Python's `superopt.derive.derive_all(graph, lowerable_only=False)`.
+The golden files `tests/golden/<workload>.derivations.msgpack` pin the bytes (`lake test`).
+
+## Main definitions
+
+* `Superopt.Derive.rewriteGraph`, `Superopt.Derive.deadCodeEliminate`: graph rewriting with the
+  canonical renumbering (inputs first, then the post-order of a depth-first walk from the output
+  visiting arguments left to right).
+* `Superopt.Derive.Rule` and the ten rules (`stabilizeSoftmax` … `streamReduction`), each with
+  `sites : Plan → Array Site` (in Python's order) and `applyFn : Plan → Site → Option Plan`;
+  `Rule.apply` checks the site first (Python: `Rule.apply`).
+* `Superopt.Derive.rules` (Python's `RULES` order), `Superopt.Derive.searchRules`
+  (`SEARCH_RULES`), `Superopt.Derive.ruleById?`.
+* `Superopt.Derive.explore` (BFS with deduplication by `Plan.canonical`),
+  `Superopt.Derive.complete`, `Superopt.Derive.deriveAll`, `Superopt.Derive.replay`.
+* `Superopt.Derive.derivationsResponse`: the wire `derivations` response (docs/wire.md 4.4).
+
+## Implementation notes
+
+Mirrors `python/superopt/rules.py` and `python/superopt/derive.py` function for function
+(`_stabilize_sites` ↔ `stabilizeSites`, …). Python sets become sorted, duplicate-free lists
+(`sortNats`); Python's depth-first searches over arguments become one pass over the node ids
+from the highest down (arguments name earlier nodes), which reaches the same nodes. Sites are
+`List SiteElem` (Wire's type): kernel indices and node ids are `.node i`, axes `.axis a`.
+The BFS is bounded by fuel (the plan bound), the canonical DFS by the node count.
+-/
+
+namespace Superopt.Derive
+
+open Superopt
+
+/-- Where a rule applies: node ids / kernel indices (`.node i`) and axis names (`.axis a`),
+as a step's `site` on the wire. -/
+abbrev Site := List SiteElem
+
+/-- A site element naming node or kernel `i`. -/
+def siteN (i : Nat) : SiteElem := .node (Int.ofNat i)
+
+/-- The natural number of a site element, if it is a non-negative integer. -/
+def siteNat? : SiteElem → Option Nat
+  | .node i => if i ≥ 0 then some i.toNat else none
+  | .axis _ => none
+
+/-- Python's `1 / math.log(2.0)`, `log2(e)`: the constant `exp_to_exp2` introduces. Its bits
+are `0x3FF71547652B82FE` (checked below). -/
+def log2e : Float := 1.4426950408889634
+
+/-! ## Graph rewriting -/
+
+/-- The state of a rewrite: the new nodes so far and the new id of every old node before the
+rewritten one (Python: `_Emitter`). -/
+structure Emitter where
+  /-- The new nodes, in order. -/
+  nodes : Array Node := #[]
+  /-- `remap[i]`: the new id of old node `i`. -/
+  remap : Array NodeId := #[]
+
+/-- The new id of old node `i`. -/
+def Emitter.old (em : Emitter) (i : NodeId) : NodeId := em.remap.getD i 0
+
+/-- Append a node; returns the emitter and the node's new id. -/
+def Emitter.add (em : Emitter) (n : Node) : Emitter × NodeId :=
+  ({ em with nodes := em.nodes.push n }, em.nodes.size)
+
+/-- The post-order of a depth-first walk from node `i`, arguments left to right, skipping
+placed nodes (`fuel` bounds the depth: the node count suffices, arguments name earlier
+nodes). -/
+def dfsPost (g : Graph) :
+    Nat → NodeId → Array Bool × Array NodeId → Array Bool × Array NodeId
+  | 0, _, st => st
+  | fuel + 1, i, st =>
+    if st.1.getD i true then st
+    else
+      let st' := (g.node i).args.foldl (fun acc a => dfsPost g fuel a acc) st
+      (st'.1.set! i true, st'.2.push i)
+
+/-- Drop dead nodes and renumber canonically: inputs first (in their order), then the
+post-order of a depth-first walk from the output visiting arguments left to right (Python:
+`dead_code_eliminate`). -/
+def deadCodeEliminate (g : Graph) : Graph := Id.run do
+  let n := g.nodes.size
+  let mut placed : Array Bool := arrayOf n false
+  let mut order : Array NodeId := #[]
+  for i in [0:n] do
+    if (g.node i).isInput then
+      placed := placed.set! i true
+      order := order.push i
+  let walked := dfsPost g (n + 1) g.output (placed, order)
+  let finalOrder := walked.2
+  let mut remap : Array NodeId := arrayOf n 0
+  for j in [0:finalOrder.size] do
+    remap := remap.set! (finalOrder.getD j 0) j
+  let newNodes := finalOrder.map fun i => (g.node i).mapArgs (fun a => remap.getD a 0)
+  return { g with nodes := newNodes, output := remap.getD g.output 0 }
+
+/-- Rebuild `g` with node `target` replaced by what `emit` builds (it receives the emitter
+holding the new ids of the nodes before `target` and returns the new id replacing it), then
+drop dead nodes (Python: `rewrite_graph`). -/
+def rewriteGraph (g : Graph) (target : NodeId) (emit : Emitter → Emitter × NodeId) :
+    Graph := Id.run do
+  let mut em : Emitter := {}
+  for i in [0:g.nodes.size] do
+    if i == target then
+      let r := emit em
+      em := { r.1 with remap := r.1.remap.push r.2 }
+    else
+      let node := (g.node i).mapArgs (fun a => em.remap.getD a 0)
+      em := { em with nodes := em.nodes.push node, remap := em.remap.push em.nodes.size }
+  return deadCodeEliminate { g with nodes := em.nodes, output := em.remap.getD g.output 0 }
+
+/-! ## Algebraic rules -/
+
+/-- Whether `x` is already `S − max_axis S` (Python: `_is_stabilized`). -/
+def isStabilized (p : Plan) (x : NodeId) (axis : Axis) : Bool :=
+  match p.node x with
+  | .binary .sub s m =>
+    match p.node m with
+    | .reduce .max ax y => ax == axis && y == s
+    | _ => false
+  | _ => false
+
+/-- Sites of `stabilize_softmax`: `[P]` for `P = E / Z`, `E = exp S`, `Z = Σ_a E`, `S` not
+yet stabilised; on an unscheduled plan only. -/
+def stabilizeSites (p : Plan) : Array Site := Id.run do
+  if !p.isUnscheduled then return #[]
+  let mut out : Array Site := #[]
+  for i in [0:p.graph.nodes.size] do
+    match p.node i with
+    | .binary .div e z =>
+      match p.node e, p.node z with
+      | .unary .exp s, .reduce .sum axis y =>
+        if y == e && !isStabilized p s axis then
+          out := out.push [siteN i]
+      | _, _ => pure ()
+    | _ => pure ()
+  return out
+
+/-- `exp S / Σ exp S → exp(S − M) / Σ exp(S − M)` with `M = max_a S`, at site `[P]`. -/
+def stabilizeApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0] => do
+    let pi ← siteNat? e0
+    match p.node pi with
+    | .binary _ e z =>
+      let s := ((p.node e).args.headD 0)
+      match p.node z with
+      | .reduce _ axis _ =>
+        some (initialPlan (rewriteGraph p.graph pi fun em =>
+          let s' := em.old s
+          let (em, m) := em.add (.reduce .max axis s')
+          let (em, d) := em.add (.binary .sub s' m)
+          let (em, e2) := em.add (.unary .exp d)
+          let (em, z2) := em.add (.reduce .sum axis e2)
+          em.add (.binary .div e2 z2)))
+      | _ => none
+    | _ => none
+  | _ => none
+
+/-- If node `y` is `X·s`, `s·X` or `X/s` with `s` a row scale free of `contracted` (its axes a
+strict subset of `X`'s), the op, `X` and `s` (Python: `_row_scale_parts`). -/
+def rowScaleParts (p : Plan) (y : NodeId) (contracted : Axis) :
+    Option (BinOp × NodeId × NodeId) :=
+  let check (op : BinOp) (x s : NodeId) : Option (BinOp × NodeId × NodeId) :=
+    let sa := p.axesOf s
+    let xa := p.axesOf x
+    if !sa.contains contracted && sa.all (fun a => xa.contains a) &&
+        decide (sa.length < xa.length) then
+      some (op, x, s)
+    else none
+  match p.node y with
+  | .binary op a b =>
+    if op == BinOp.mul then
+      match check op a b with
+      | some r => some r
+      | none => check op b a
+    else if op == BinOp.div then check op a b
+    else none
+  | _ => none
+
+/-- Sites of `factor_row_scale`: `[O, i]` for operand `i` of matmul `O` a row-scaled tensor;
+on an unscheduled plan only. -/
+def factorSites (p : Plan) : Array Site := Id.run do
+  if !p.isUnscheduled then return #[]
+  let mut out : Array Site := #[]
+  for i in [0:p.graph.nodes.size] do
+    match p.node i with
+    | .matmul a b axisA axisB =>
+      if (rowScaleParts p a axisA).isSome then
+        out := out.push [siteN i, siteN 0]
+      if (rowScaleParts p b axisB).isSome then
+        out := out.push [siteN i, siteN 1]
+    | _ => pure ()
+  return out
+
+/-- `(X·s) @ W → (X @ W)·s` (FlashNorm), at site `[O, i]`. -/
+def factorApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let o ← siteNat? e0
+    let idx ← siteNat? e1
+    match p.node o with
+    | .matmul a b axisA axisB =>
+      if idx > 1 then none
+      else
+        let arg := if idx == 0 then a else b
+        let ax := if idx == 0 then axisA else axisB
+        match rowScaleParts p arg ax with
+        | some (op, x, s) =>
+          some (initialPlan (rewriteGraph p.graph o fun em =>
+            let a' := if idx == 0 then em.old x else em.old a
+            let b' := if idx == 0 then em.old b else em.old x
+            let (em, mm) := em.add (.matmul a' b' axisA axisB)
+            em.add (.binary op mm (em.old s))))
+        | none => none
+    | _ => none
+  | _ => none
+
+/-- Sites of `exp_to_exp2`: `[E]` for every `exp` node; on an unscheduled plan only. -/
+def exp2Sites (p : Plan) : Array Site := Id.run do
+  if !p.isUnscheduled then return #[]
+  let mut out : Array Site := #[]
+  for i in [0:p.graph.nodes.size] do
+    match p.node i with
+    | .unary .exp _ => out := out.push [siteN i]
+    | _ => pure ()
+  return out
+
+/-- `exp x → exp2(x · log2 e)`, at site `[E]`. -/
+def exp2Apply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0] => do
+    let e ← siteNat? e0
+    match (p.node e).args with
+    | x :: _ =>
+      some (initialPlan (rewriteGraph p.graph e fun em =>
+        let (em, c) := em.add (.const log2e)
+        let (em, y) := em.add (.binary .mul (em.old x) c)
+        em.add (.unary .exp2 y)))
+    | [] => none
+  | _ => none
+
+/-! ## Schedule rules -/
+
+/-- Kernel `keep` absorbs kernels `others` (their nodes and shared anchors, plus
+`extraShared`), at `keep`'s position, with its stream and online flag replaced when given
+(Python: `_merge`). -/
+def merge (p : Plan) (keep : Nat) (others : List Nat) (extraShared : List NodeId := [])
+    (stream? : Option (Option Axis) := none) (online? : Option Bool := none) : Plan := Id.run do
+  let ki := p.kernel keep
+  let mut nodes : List NodeId := ki.nodes.toList
+  let mut shared : List NodeId := ki.shared.toList ++ extraShared
+  for o in others do
+    nodes := nodes ++ (p.kernel o).nodes.toList
+    shared := shared ++ (p.kernel o).shared.toList
+  let merged : Kernel :=
+    { ki with nodes := (sortNats nodes).toArray, shared := (sortNats shared).toArray,
+              stream := stream?.getD ki.stream, online := online?.getD ki.online }
+  let mut ks : Array Kernel := #[]
+  for i in [0:p.kernels.size] do
+    if i == keep then
+      ks := ks.push merged
+    else if !others.contains i then
+      ks := ks.push (p.kernel i)
+  return { p with kernels := ks }
+
+/-- Every node kernel `k` reads from outside comes from an input or a kernel before `limit`. -/
+def depsBefore (p : Plan) (k limit : Nat) : Bool :=
+  (p.externalArgs k).all fun a =>
+    match p.owner a with
+    | some o => decide (o < limit)
+    | none => true
+
+/-- Whether every node of kernel `k` is elementwise. -/
+def elementwiseOnly (p : Plan) (k : Nat) : Bool :=
+  (p.kernel k).nodes.all fun n => (p.node n).isElementwise
+
+/-- Whether kernel `k2` reads, transitively through any nodes, a node of kernel `k1` (Python:
+`_depends_on`): some strict ancestor of a node of `k2` is in `k1`. -/
+def dependsOn (p : Plan) (k2 k1 : Nat) : Bool := Id.run do
+  let n := p.graph.nodes.size
+  let target := (p.kernel k1).nodes
+  let start := (p.kernel k2).nodes
+  let mut reached : Array Bool := arrayOf n false
+  for j in [0:n] do
+    let i := n - 1 - j
+    if start.contains i || reached.getD i false then
+      for a in (p.node i).args do
+        if decide (a < n) then
+          reached := reached.set! a true
+  let mut hit := false
+  for i in [0:n] do
+    if reached.getD i false && target.contains i then
+      hit := true
+  return hit
+
+/-- Whether a kernel strictly between `pk` and `c` reads a node of kernel `pk`. -/
+def readersBetween (p : Plan) (pk c : Nat) : Bool := Id.run do
+  let nodes := (p.kernel pk).nodes
+  let mut found := false
+  for j in [pk + 1:c] do
+    for n in (p.kernel j).nodes do
+      if (p.node n).args.any (fun a => nodes.contains a) then
+        found := true
+  return found
+
+/-- Where the epilogue-fused kernel goes: at `pk` if `c`'s other inputs are ready by then,
+else at `c` if nothing in between reads `pk`; `none` if neither order is valid. -/
+def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
+  let others := (p.externalArgs c).toList.filterMap fun a =>
+    match p.owner a with
+    | some o => if o == pk then none else some o
+    | none => none
+  if others.all (fun o => decide (o < pk)) then some pk
+  else if !readersBetween p pk c then some c
+  else none
+
+/-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` over
+the same domain, its reads being `p`'s fragments (outside `p`'s streamed loop) and row
+vectors. -/
+def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for c in [0:p.kernels.size] do
+    if !elementwiseOnly p c then continue
+    let dom := p.domain c
+    let rowAxes := dom.take (dom.length - 1)
+    let ext := p.externalArgs c
+    let producers := sortNats (ext.toList.filterMap fun a => p.owner a)
+    for pk in producers do
+      let kp := p.kernel pk
+      if p.domain pk != dom then continue
+      let mut ok := true
+      for a in ext do
+        let fromP : Bool := p.owner a == some pk
+        -- from p: a fragment, not a value inside p's streamed loop
+        let inLoop : Bool := match kp.stream with
+          | some st => (p.axesOf a).contains st
+          | none => false
+        -- from elsewhere: a row vector of the domain
+        let rowVector : Bool := (p.axesOf a).all (fun x => rowAxes.contains x)
+        if (fromP && inLoop) || (!fromP && !rowVector) then
+          ok := false
+      if ok && (epiloguePosition p pk c).isSome then
+        out := out.push [siteN pk, siteN c]
+  return out
+
+/-- Fuse kernel `c` into `p`'s epilogue, at site `[p, c]`. -/
+def fuseEpilogueApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let pk ← siteNat? e0
+    let c ← siteNat? e1
+    if epiloguePosition p pk c == some pk then
+      some (merge p pk [c])
+    else
+      some (merge p c [pk])
+  | _ => none
+
+/-- Sites of `fuse_prologue`: `[p, c]` for an elementwise kernel `p` (not computing the output)
+whose only reader is kernel `c`, itself not elementwise only. -/
+def fusePrologueSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for pk in [0:p.kernels.size] do
+    if !elementwiseOnly p pk then continue
+    let nodes := (p.kernel pk).nodes
+    if nodes.contains p.graph.output then continue
+    let mut readers : Array (Option Nat) := #[]
+    for n in nodes do
+      for cn in p.consumers n do
+        let o := p.owner cn
+        if o != some pk && !readers.contains o then
+          readers := readers.push o
+    match readers.toList with
+    | [some c] =>
+      if !elementwiseOnly p c then
+        out := out.push [siteN pk, siteN c]
+    | _ => pure ()
+  return out
+
+/-- Compute kernel `p` on kernel `c`'s loaded tiles, at site `[p, c]`. -/
+def fusePrologueApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let pk ← siteNat? e0
+    let c ← siteNat? e1
+    let kc := p.kernel c
+    let merged : Kernel :=
+      { kc with nodes := (sortNats (kc.nodes.toList ++ (p.kernel pk).nodes.toList)).toArray }
+    let mut ks : Array Kernel := #[]
+    for i in [0:p.kernels.size] do
+      if i == c then
+        ks := ks.push merged
+      else if i != pk then
+        ks := ks.push (p.kernel i)
+    return { p with kernels := ks }
+  | _ => none
+
+/-- The reduction nodes (reduce, matmul) of kernel `k` over its reduction axis. -/
+def anchors (p : Plan) (k : Nat) : List NodeId :=
+  let r := p.reductionAxis k
+  (p.kernel k).nodes.toList.filter fun n =>
+    match p.node n with
+    | .reduce _ axis _ => r == some axis
+    | .matmul _ _ axisA _ => r == some axisA
+    | _ => false
+
+/-- External nodes that kernel `k` reads along its reduction axis (its streamed operands). -/
+def streamedOperands (p : Plan) (k : Nat) : List NodeId :=
+  match p.reductionAxis k with
+  | some r => (p.externalArgs k).toList.filter fun a => (p.axesOf a).contains r
+  | none => []
+
+/-- Sites of `share_operand_load`: `[k1, k2]` (`k1 < k2`) for two kernels reducing over the
+same axis with the same stream, reading a common streamed operand, over domains one a prefix
+of the other (by at most one axis), `k2` independent of `k1` and ready at `k1`. -/
+def shareSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  let n := p.kernels.size
+  for k1 in [0:n] do
+    let r1 := p.reductionAxis k1
+    if r1.isNone || (p.kernel k1).online then continue
+    for k2 in [k1 + 1:n] do
+      if p.reductionAxis k2 != r1 || (p.kernel k2).online then continue
+      if (p.kernel k1).stream != (p.kernel k2).stream then continue
+      let s1 := streamedOperands p k1
+      let s2 := streamedOperands p k2
+      if !s1.any (fun a => s2.contains a) then continue
+      let d1 := p.domain k1
+      let d2 := p.domain k2
+      let (sh, lg) := if d1.length ≤ d2.length then (d1, d2) else (d2, d1)
+      if lg.take sh.length != sh || decide (lg.length - sh.length > 1) then continue
+      if dependsOn p k2 k1 || !depsBefore p k2 k1 then continue
+      out := out.push [siteN k1, siteN k2]
+  return out
+
+/-- Merge kernel `k2` into `k1`, each operand tile loaded once, at site `[k1, k2]`. -/
+def shareApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let k1 ← siteNat? e0
+    let k2 ← siteNat? e1
+    some (merge p k1 [k2] (extraShared := anchors p k1 ++ anchors p k2))
+  | _ => none
+
+/-- Match `O = E @_a V` over `E = exp(S − M)` or `exp2((S − M)·c)` with `M = max_a S`,
+`S` a matmul keeping `a`, and one `Z = Σ_a E`; the node set `{S, M, Z, O, chain}`, ascending,
+when every intermediate is private to the softmax (Python: `_online_parts`). -/
+def onlineParts (p : Plan) (o : NodeId) : Option (List NodeId) :=
+  match p.node o with
+  | .matmul e _ a axisB =>
+    if a != axisB then none
+    else
+      match p.node e with
+      | .unary uop x0 =>
+        if uop != UnOp.exp && uop != UnOp.exp2 then none
+        else
+          -- an optional `· c` (exp2 form): the chain then holds the product too
+          let chainX : List NodeId × NodeId :=
+            match p.node x0 with
+            | .binary .mul x1 c =>
+              match p.node c with
+              | .const _ => ([e, x0], x1)
+              | _ => ([e], x0)
+            | _ => ([e], x0)
+          let chain := chainX.1
+          let x := chainX.2
+          match p.node x with
+          | .binary .sub s m =>
+            let mOk : Bool := match p.node m with
+              | .reduce .max ax y => ax == a && y == s
+              | _ => false
+            let sOk : Bool := match p.node s with
+              | .matmul _ _ sAxisA _ => (p.axesOf s).contains a && sAxisA != a
+              | _ => false
+            if !mOk || !sOk then none
+            else
+              let zs := (p.consumers e).filter fun c =>
+                match p.node c with
+                | .reduce .sum ax _ => ax == a
+                | _ => false
+              match zs with
+              | [z] =>
+                let nodes := sortNats ([s, m, z, o] ++ chain ++ [x])
+                let inner := nodes.filter fun i => i != o && i != z
+                if inner.any (fun i => (p.consumers i).any (fun c => !nodes.contains c)) then
+                  none
+                else some nodes
+              | _ => none
+          | _ => none
+      | _ => none
+  | _ => none
+
+/-- Sites of `online_softmax`: `[O]` for a matched `O` whose kernels hold nothing but the
+softmax's nodes and are not online yet. -/
+def onlineSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for o in [0:p.graph.nodes.size] do
+    match onlineParts p o with
+    | none => pure ()
+    | some nodes =>
+      let ks := sortNats (nodes.filterMap fun i => p.owner i)
+      let ownOnly : Bool := ks.all fun k =>
+        !(p.kernel k).online && (p.kernel k).nodes.all (fun i => nodes.contains i)
+      if ownOnly then
+        out := out.push [siteN o]
+  return out
+
+/-- One kernel streaming `a` with running max and sum, the accumulator rescaled (FA2), at
+site `[O]`. -/
+def onlineApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0] => do
+    let o ← siteNat? e0
+    let nodes ← onlineParts p o
+    let axis : Option Axis := match p.node o with
+      | .matmul _ _ axisA _ => some axisA
+      | _ => none
+    match sortNats (nodes.filterMap fun i => p.owner i) with
+    | k0 :: rest => some (merge p k0 rest (stream? := some axis) (online? := some true))
+    | [] => none
+  | _ => none
+
+/-- The nodes that move out of kernel `k` with per-row reduction `n`: its in-kernel ancestors
+and its per-row descendants (same axes, reading only moved nodes and leaves); `none` if
+nothing would stay or a staying node reads an ancestor (Python: `_split_parts`). -/
+def splitParts (p : Plan) (k : Nat) (n : NodeId) : Option (List NodeId) := Id.run do
+  let total := p.graph.nodes.size
+  let kern := (p.kernel k).nodes
+  let mut moved : Array Bool := arrayOf total false
+  if decide (n < total) then
+    moved := moved.set! n true
+  -- in-kernel ancestors of `n`: one pass from `n` down (arguments name earlier nodes)
+  for j in [0:total] do
+    let i := total - 1 - j
+    if moved.getD i false then
+      for a in (p.node i).args do
+        if kern.contains a && decide (a < total) then
+          moved := moved.set! a true
+  let ancestors : Array Bool := if decide (n < total) then moved.set! n false else moved
+  for i in sortNats kern.toList do
+    if moved.getD i false || decide (i < n) then continue
+    let node := p.node i
+    if node.isElementwise && p.axesOf i == p.axesOf n &&
+        node.args.all (fun a => moved.getD a false || (p.node a).isLeaf) then
+      moved := moved.set! i true
+  let rest := kern.toList.filter fun i => !moved.getD i false
+  if rest.isEmpty then return none
+  if rest.any (fun r => (p.node r).args.any (fun a => ancestors.getD a false)) then return none
+  return some ((List.range total).filter fun i => moved.getD i false)
+
+/-- Sites of `split_kernel`: `[k, n]` for a per-row reduction `n` of a kernel `k` that is not
+online (its axes a strict prefix of the domain) that can move out. -/
+def splitSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for k in [0:p.kernels.size] do
+    let kern := p.kernel k
+    if kern.online then continue
+    let dom := p.domain k
+    for n in kern.nodes do
+      match p.node n with
+      | .reduce _ _ _ =>
+        let ax := p.axesOf n
+        if decide (ax.length < dom.length) && dom.take ax.length == ax &&
+            (splitParts p k n).isSome then
+          out := out.push [siteN k, siteN n]
+      | _ => pure ()
+  return out
+
+/-- Move reduction `n` and its per-row chain out of kernel `k` into a kernel of their own,
+just before it, at site `[k, n]`. -/
+def splitApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let k ← siteNat? e0
+    let n ← siteNat? e1
+    let moved ← splitParts p k n
+    let kern := p.kernel k
+    let kMoved : Kernel :=
+      { nodes := moved.toArray, grid := #[], stream := kern.stream, online := false,
+        shared := #[] }
+    let kRest : Kernel :=
+      { kern with nodes := kern.nodes.filter (fun i => !moved.contains i),
+                  shared := kern.shared.filter (fun i => !moved.contains i) }
+    let ks := p.kernels.extract 0 k ++ #[kMoved, kRest] ++
+      p.kernels.extract (k + 1) p.kernels.size
+    return { p with kernels := ks }
+  | _ => none
+
+/-- The axes `tile_parallel` may tile: the last two of the kernel's domain. -/
+def tileableAxes (p : Plan) (k : Nat) : List Axis :=
+  let dom := p.domain k
+  dom.drop (dom.length - 2)
+
+/-- Sites of `tile_parallel`: `[k, a]` for each tileable axis `a` of kernel `k` not yet
+tiled. -/
+def tileSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for k in [0:p.kernels.size] do
+    for a in tileableAxes p k do
+      if !(p.kernel k).grid.contains a then
+        out := out.push [siteN k, .axis a]
+  return out
+
+/-- Tile axis `a` of kernel `k` onto the grid (the grid kept in domain order). -/
+def tileAt (p : Plan) (k : Nat) (a : Axis) : Plan :=
+  let kern := p.kernel k
+  let grid := (p.domain k).filter fun x => kern.grid.contains x || x == a
+  { p with kernels := p.kernels.set! k { kern with grid := grid.toArray } }
+
+/-- `tile_parallel` at site `[k, a]`. -/
+def tileApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, .axis a] => do
+    let k ← siteNat? e0
+    if decide (k < p.kernels.size) then some (tileAt p k a) else none
+  | _ => none
+
+/-- Sites of `stream_reduction`: `[k]` for each kernel with a reduction axis and no stream. -/
+def streamSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for k in [0:p.kernels.size] do
+    if (p.kernel k).stream.isNone && (p.reductionAxis k).isSome then
+      out := out.push [siteN k]
+  return out
+
+/-- Stream kernel `k`'s reduction axis in tiles. -/
+def streamAt (p : Plan) (k : Nat) : Plan :=
+  let kern := p.kernel k
+  { p with kernels := p.kernels.set! k { kern with stream := p.reductionAxis k } }
+
+/-- `stream_reduction` at site `[k]`. -/
+def streamApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0] => do
+    let k ← siteNat? e0
+    if decide (k < p.kernels.size) then some (streamAt p k) else none
+  | _ => none
+
+/-! ## The rules -/
+
+/-- A rewrite rule: `sites` lists where it applies (in a fixed order), `applyFn` rewrites at
+a site without checking it. -/
+structure Rule where
+  /-- The stable rule id, e.g. `online_softmax` (the `rule` of a step on the wire). -/
+  id : String
+  /-- The Lean theorem the rule relies on (Python's `Rule.theorem`). -/
+  theoremName : String
+  /-- Where the rule applies, in order. -/
+  sites : Plan → Array Site
+  /-- Rewrite at a site (unchecked: `none` only for a malformed site). -/
+  applyFn : Plan → Site → Option Plan
+  /-- Whether the rule rewrites the graph (only on unscheduled plans). -/
+  algebraic : Bool
+
+/-- Apply `r` at `site` if `site` is one of `r.sites p` (Python: `Rule.apply`). -/
+def Rule.apply (r : Rule) (p : Plan) (site : Site) : Option Plan :=
+  if (r.sites p).contains site then r.applyFn p site else none
+
+/-- `stabilize_softmax`. -/
+def stabilizeSoftmax : Rule :=
+  { id := "stabilize_softmax", theoremName := "Superopt.stabilize_softmax_sound",
+    sites := stabilizeSites, applyFn := stabilizeApply, algebraic := true }
+
+/-- `factor_row_scale`. -/
+def factorRowScale : Rule :=
+  { id := "factor_row_scale", theoremName := "Superopt.factor_row_scale_sound",
+    sites := factorSites, applyFn := factorApply, algebraic := true }
+
+/-- `exp_to_exp2`. -/
+def expToExp2 : Rule :=
+  { id := "exp_to_exp2", theoremName := "Superopt.exp_to_exp2_sound",
+    sites := exp2Sites, applyFn := exp2Apply, algebraic := true }
+
+/-- `online_softmax`. -/
+def onlineSoftmax : Rule :=
+  { id := "online_softmax", theoremName := "Superopt.online_softmax_sound",
+    sites := onlineSites, applyFn := onlineApply, algebraic := false }
+
+/-- `share_operand_load`. -/
+def shareOperandLoad : Rule :=
+  { id := "share_operand_load", theoremName := "Superopt.share_operand_load_sound",
+    sites := shareSites, applyFn := shareApply, algebraic := false }
+
+/-- `fuse_prologue`. -/
+def fusePrologue : Rule :=
+  { id := "fuse_prologue", theoremName := "Superopt.fuse_prologue_sound",
+    sites := fusePrologueSites, applyFn := fusePrologueApply, algebraic := false }
+
+/-- `fuse_epilogue`. -/
+def fuseEpilogue : Rule :=
+  { id := "fuse_epilogue", theoremName := "Superopt.fuse_epilogue_sound",
+    sites := fuseEpilogueSites, applyFn := fuseEpilogueApply, algebraic := false }
+
+/-- `split_kernel`. -/
+def splitKernel : Rule :=
+  { id := "split_kernel", theoremName := "Superopt.split_kernel_sound",
+    sites := splitSites, applyFn := splitApply, algebraic := false }
+
+/-- `tile_parallel`. -/
+def tileParallel : Rule :=
+  { id := "tile_parallel", theoremName := "Superopt.tile_parallel_sound",
+    sites := tileSites, applyFn := tileApply, algebraic := false }
+
+/-- `stream_reduction`. -/
+def streamReduction : Rule :=
+  { id := "stream_reduction", theoremName := "Superopt.stream_reduction_sound",
+    sites := streamSites, applyFn := streamApply, algebraic := false }
+
+/-- Every rule, in the order of Python's `RULES`. -/
+def rules : List Rule :=
+  [stabilizeSoftmax, factorRowScale, expToExp2, onlineSoftmax, shareOperandLoad, fusePrologue,
+    fuseEpilogue, splitKernel, tileParallel, streamReduction]
+
+/-- The rules the enumerator branches over, in this order (Python's `SEARCH_RULES`; tiling and
+streaming come from `complete`). -/
+def searchRules : List Rule :=
+  [stabilizeSoftmax, factorRowScale, expToExp2, onlineSoftmax, shareOperandLoad, fusePrologue,
+    fuseEpilogue, splitKernel]
+
+/-- The rule with this id. -/
+def ruleById? (id : String) : Option Rule := rules.find? (·.id == id)
+
+/-! ## The enumerator -/
+
+/-- Default search depth (Python's `DEFAULT_MAX_DEPTH`). -/
+def defaultMaxDepth : Nat := 12
+
+/-- Bound on the number of distinct plans explored (Python's `DEFAULT_MAX_PLANS`). -/
+def defaultMaxPlans : Nat := 20000
+
+/-- Every distinct plan reachable within `maxDepth` search-rule steps, in BFS order, each with
+the first (shortest) path that reached it: for each plan in discovery order, for each rule of
+`searchRules`, for each site in order, keep the new plan unless its canonical form was seen;
+stop once `maxPlans` plans are found (Python: `explore`). -/
+def explore (g : Graph) (maxDepth : Nat := defaultMaxDepth) (maxPlans : Nat := defaultMaxPlans) :
+    Array (Plan × Array Step) := Id.run do
+  let start := initialPlan g
+  let mut seen : KeySet := KeySet.empty.insert start.canonical
+  let mut found : Array (Plan × Array Step) := #[(start, #[])]
+  -- the frontier is `found` from `head` on: both get exactly the same items, in order
+  let mut head := 0
+  -- each iteration takes one plan; at most `max maxPlans 1` plans are ever found
+  for _ in [0:maxPlans + 2] do
+    match found[head]? with
+    | none => break
+    | some (plan, steps) =>
+      head := head + 1
+      if steps.size ≥ maxDepth then continue
+      for rule in searchRules do
+        for site in rule.sites plan do
+          match rule.applyFn plan site with
+          | none => pure ()
+          | some newPlan =>
+            let key := newPlan.canonical
+            if seen.contains key then continue
+            seen := seen.insert key
+            found := found.push (newPlan, steps.push { rule := rule.id, site := site })
+            if found.size ≥ maxPlans then return found
+  return found
+
+/-- Stream every reduction and tile the tileable axes of every kernel, kernel by kernel, the
+steps in order (Python: `complete`). -/
+def complete (plan : Plan) : Plan × Array Step := Id.run do
+  let mut p := plan
+  let mut steps : Array Step := #[]
+  for k in [0:plan.kernels.size] do
+    if (p.kernel k).stream.isNone && (p.reductionAxis k).isSome then
+      p := streamAt p k
+      steps := steps.push { rule := "stream_reduction", site := [siteN k] }
+    for axis in tileableAxes p k do
+      if !(p.kernel k).grid.contains axis then
+        p := tileAt p k axis
+        steps := steps.push { rule := "tile_parallel", site := [siteN k, .axis axis] }
+  return (p, steps)
+
+/-- The derivations of `g` and the plans they produce: every distinct completed plan, in
+discovery order, numbered `d0, d1, …` (Python: `derive_all(..., lowerable_only=False)`). -/
+def deriveAllPlans (g : Graph) (maxDepth : Nat := defaultMaxDepth)
+    (maxPlans : Nat := defaultMaxPlans) : Array (Derivation × Plan) := Id.run do
+  let mut seen : KeySet := KeySet.empty
+  let mut out : Array (Derivation × Plan) := #[]
+  for (plan, steps) in explore g maxDepth maxPlans do
+    let (completed, tail) := complete plan
+    let key := completed.canonical
+    if seen.contains key then continue
+    seen := seen.insert key
+    let d : Derivation :=
+      { workload := g.name, id := s!"d{out.size}", steps := (steps ++ tail).toList }
+    out := out.push (d, completed)
+  return out
+
+/-- The derivations of `g`: ids `d0, d1, …` over the distinct completed plans in discovery
+order, lowerable or not (the Python backend drops those it cannot lower). -/
+def deriveAll (g : Graph) (maxDepth : Nat := defaultMaxDepth)
+    (maxPlans : Nat := defaultMaxPlans) : Array Derivation :=
+  (deriveAllPlans g maxDepth maxPlans).map (·.1)
+
+/-- Apply `steps` to `g`'s initial plan, checking each (Python: `replay`).
+
+Errors: `steps[i]: …` naming the first step whose rule is unknown or does not apply. -/
+def replay (g : Graph) (steps : List Step) : Except String Plan := do
+  let mut plan := initialPlan g
+  let mut i := 0
+  for step in steps do
+    match ruleById? step.rule with
+    | none => throw s!"steps[{i}].rule: unknown rule '{step.rule}'"
+    | some rule =>
+      match rule.apply plan step.site with
+      | none => throw s!"steps[{i}].site: rule {step.rule} does not apply at this site"
+      | some p => plan := p
+    i := i + 1
+  return plan
+
+/-- The `derivations` response map (docs/wire.md 4.4; Python: `derivations_response`). -/
+def derivationsResponse (ds : List Derivation) : MsgValue :=
+  .map [("v", Wire.nat Wire.version), ("kind", .str "derivations"),
+    ("derivations", .arr (ds.map Derivation.toMsg))]
+
+/-! ## Examples, checked when the module is built -/
+
+#guard log2e.toBits == 0x3FF71547652B82FE
+
+end Superopt.Derive
