@@ -61,6 +61,10 @@ Schedules (``AttentionConfig.schedule``):
   overlap). Robust fallback; also the only schedule for head dims that are not a multiple
   of 8 (TMA needs 16-byte row strides).
 
+Feature sizes that are not a multiple of 16 are padded to one in shared memory and
+registers (the padded columns load as zeros, so ``QK^T`` is exact; padded ``V`` columns give
+accumulator columns that are never stored: O is then written straight from registers).
+
 Everything TileLang-specific stays in the generated text; this module itself imports
 nothing from TileLang (lowering goes through :mod:`superopt.tl`).
 """
@@ -68,7 +72,7 @@ nothing from TileLang (lowering goes through :mod:`superopt.tl`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "AttentionSpec",
@@ -165,8 +169,9 @@ class AttentionConfig:
             one producer warpgroup); ``"pipelined"``: the consumer threads written in the
             kernel (TileLang adds a 128-thread producer warpgroup itself).
         schedule: ``"ws"`` or ``"pipelined"`` (see the module docstring).
-        pingpong: ``"ws"`` with >= 2 consumer warpgroups only: warpgroups take turns
-            issuing their GEMMs (FlashAttention-3 inter-warpgroup overlap).
+        pingpong: ``"ws"`` with >= 2 consumer warpgroups only (normalised to False
+            otherwise): warpgroups take turns issuing their GEMMs (FlashAttention-3
+            inter-warpgroup overlap).
         early_rescale: ``"ws"`` only: rescale the accumulator by the previous tile's
             ``alpha`` between issuing ``QK^T`` and ``PV`` (FlashAttention-3 order, the
             ALU work overlaps the QK^T GEMM); False rescales after ``PV`` completes.
@@ -205,10 +210,18 @@ class AttentionConfig:
         else:
             if self.threads not in (128, 256):
                 raise ValueError(f"'pipelined' needs threads in (128, 256), got {self.threads}")
-            if self.pingpong:
-                raise ValueError("pingpong needs schedule='ws'")
-            if not self.early_rescale:
-                raise ValueError("early_rescale=False is a 'ws' option; leave it True for 'pipelined'")
+            if self.block_m % (64 * (self.threads // 128)):
+                raise ValueError(
+                    f"'pipelined' with {self.threads} threads needs block_m a multiple of "
+                    f"{64 * (self.threads // 128)} (64 rows per warpgroup), got {self.block_m}"
+                )
+        # Options that have no meaning for this schedule are normalised (so that equal
+        # kernels compare equal): ping-pong needs >= 2 "ws" consumer warpgroups, and the
+        # rescale placement is a "ws" option.
+        if self.schedule != "ws" or self.consumer_warpgroups < 2:
+            object.__setattr__(self, "pingpong", False)
+        if self.schedule != "ws":
+            object.__setattr__(self, "early_rescale", True)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -241,12 +254,18 @@ def _padded_dim(d: int) -> int:
 
 
 def attention_flops(spec: AttentionSpec) -> int:
-    """Useful FLOPs of one call: ``4 * batch * tq * tkv * (dqk + dv) / 2`` (two GEMMs)."""
+    """Useful FLOPs of one call, ``2 * batch * tq * tkv * (dqk + dv)`` (the two GEMMs;
+    ``4 * h * t_q * t_kv * d_h`` when ``dqk == dv == d_h``, WORKLOADS.md)."""
     return 2 * spec.batch * spec.tq * spec.tkv * (spec.dqk + spec.dv)
 
 
-def _reuse_q_for_o(spec: AttentionSpec) -> bool:
-    return _padded_dim(spec.dqk) == _padded_dim(spec.dv)
+def _o_staging(spec: AttentionSpec) -> str | None:
+    """Where O is staged before its store: ``"Q_s"`` (the Q tile's memory, dead after the
+    last QK^T, when both feature sizes pad alike), ``"O_s"`` (its own tile), or None (a
+    padded ``dv`` is stored straight from registers)."""
+    if _padded_dim(spec.dv) != spec.dv:
+        return None
+    return "Q_s" if _padded_dim(spec.dqk) == spec.dv else "O_s"
 
 
 def attention_smem_bytes(spec: AttentionSpec, cfg: AttentionConfig) -> int:
@@ -264,7 +283,7 @@ def attention_smem_bytes(spec: AttentionSpec, cfg: AttentionConfig) -> int:
     k = _round_up(cfg.block_n * dq * esize, 1024)
     v = _round_up(cfg.block_n * dv * esize, 1024)
     if cfg.schedule == "ws":
-        return q + cfg.stages * (k + v) + (0 if _reuse_q_for_o(spec) else o)
+        return q + cfg.stages * (k + v) + (o if _o_staging(spec) == "O_s" else 0)
     versions = max(cfg.stages, 2)
     return max(q, o) + versions * (k + v)
 
@@ -352,9 +371,9 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     """Configurations for ``spec``, pruned by shared memory (<= 227 KiB per block) and an
     estimated register budget, deterministic, best first by :func:`_estimated_time`.
 
-    About 10-14 configurations at the reference case (h16 t4096 d128): the ``"ws"``
-    schedule with 1-3 consumer warpgroups, ``block_n`` 64-176, 2-3 stages, ping-pong on
-    and off, and three ``"pipelined"`` fallbacks.
+    15 configurations at the reference case (h16 t4096 d128): the ``"ws"`` schedule with
+    1-3 consumer warpgroups, ``block_n`` 64-176, 2-4 stages, ping-pong on and off, early
+    and late accumulator rescale, and three ``"pipelined"`` fallbacks.
     """
     cands: list[AttentionConfig] = []
     ws_shapes = [
@@ -381,7 +400,7 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
             )
         )
     for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
-        cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th, schedule="pipelined", pingpong=False))
+        cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th, schedule="pipelined"))
 
     kept = [c for c in cands if _fits(spec, c)]
     # Drop tiles far larger than the problem (keep the smallest that covers it).
@@ -531,7 +550,7 @@ def _softmax_lines(
     return out
 
 
-def _finish_lines(spec: AttentionSpec, cfg: AttentionConfig, o_buf: str) -> list[str]:
+def _finish_lines(spec: AttentionSpec, cfg: AttentionConfig, o_buf: str | None) -> list[str]:
     bm = cfg.block_m
     dv = _padded_dim(spec.dv)
     out = [
@@ -540,7 +559,7 @@ def _finish_lines(spec: AttentionSpec, cfg: AttentionConfig, o_buf: str) -> list
         f"for i, j in T.Parallel({bm}, {dv}):",
         "    acc_o[i, j] = acc_o[i, j] * rinv[i]",
     ]
-    if dv == spec.dv:
+    if o_buf is not None:
         # Stage through shared memory: swizzled stmatrix stores, then one TMA store
         # (which clips rows past t_q).
         out.append(f"T.copy(acc_o, {o_buf})")
@@ -553,7 +572,29 @@ def _finish_lines(spec: AttentionSpec, cfg: AttentionConfig, o_buf: str) -> list
 
 
 def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
-    """Kernel body of the FlashAttention-3 style warp-specialised schedule."""
+    """Kernel body of the FlashAttention-3 style warp-specialised schedule.
+
+    Threads ``[0, 128 * W)`` are W consumer warpgroups (warpgroup w owns query rows
+    ``[64 w, 64 w + 64)`` of the block), threads ``[128 W, 128 (W + 1))`` the producer.
+    Barriers (mbarriers in shared memory): ``q_full``; per ring slot ``k_full``/``v_full``
+    (producer arrival + TMA transaction bytes) and ``k_empty``/``v_empty`` (one arrival per
+    consumer thread). With n = ceil(t_kv / block_n) key tiles, each consumer warpgroup runs::
+
+        wait q_full, k_full[0];  [turn]  issue S = Q K_0^T  [pass turn]
+        wait S; release K_0; softmax_first(S) -> m, l; P = fp16(S)
+        for j in 1 .. n-1:
+            wait k_full[j];  [turn]  issue S = Q K_j^T;  acc *= alpha  (early_rescale)
+            wait v_full[j-1];  issue acc += P V_{j-1}  [pass turn]
+            wait S (wgmma.wait_group 1); release K_j
+            mask (j = n-1 only); softmax(S) -> alpha, m, l    # overlaps PV(j-1)
+            wait PV (wait_group 0); release V_{j-1};  [acc *= alpha (late)];  P = fp16(S)
+        wait v_full[n-1];  [turn]  acc *= alpha;  issue acc += P V_{n-1}  [pass turn]
+        wait; release V_{n-1};  O = acc * (1 / l)  -> shared (Q's tile) -> TMA store
+
+    ``[turn]``/``[pass turn]`` (ping-pong only) are ``bar.sync`` on the warpgroup's own named
+    barrier and ``bar.arrive`` on the next warpgroup's (256 threads each); the last
+    warpgroup pre-arrives once so warpgroup 0 starts, and skips its final hand-off.
+    """
     dt = spec.dtype
     bm, bn, st = cfg.block_m, cfg.block_n, cfg.stages
     dq, dv = _padded_dim(spec.dqk), _padded_dim(spec.dv)
@@ -562,8 +603,7 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     nk = _ceil_div(spec.tkv, bn)
     masked = spec.tkv % bn != 0
     pp = cfg.pingpong and nwg >= 2
-    reuse = _reuse_q_for_o(spec)
-    o_buf = "Q_s" if reuse else "O_s"
+    o_buf = _o_staging(spec)
     qcols = ", :" if dq == spec.dqk else f", 0:{dq}"
     vcols = ", :" if dv == spec.dv else f", 0:{dv}"
     blocks_per_sm = _ws_blocks_per_sm(spec, cfg)
@@ -595,7 +635,7 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     b.append(i + f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
     b.append(i + f'K_s = T.alloc_shared(({st}, {bn}, {dq}), "{dt}")')
     b.append(i + f'V_s = T.alloc_shared(({st}, {bn}, {dv}), "{dt}")')
-    if not reuse:
+    if o_buf == "O_s":
         b.append(i + f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
     b.append(i + f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
     b.append(i + f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
@@ -612,20 +652,35 @@ def _ws_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     b.append(i + f"v_empty = T.alloc_barrier([{ncons}] * {st})")
     b.append(i + "tx = T.get_thread_binding()")
 
-    # ---- producer warpgroup: TMA loads of Q once, then K_j and V_j through the ring.
+    # ---- producer warpgroup: TMA loads of Q once, then K and V through the ring in the
+    # order the consumers use them: K_0, then (K_{k+1}, V_k) for each k, so each K load is
+    # issued as soon as its slot frees, one tile ahead of the V it is paired with.
+    def load_k(kk: str) -> list[str]:
+        return [
+            f"T.mbarrier_wait_parity(k_empty[{stage(kk)}], {parity(kk)} ^ 1)",
+            f"T.tma_copy(K[bz, ({kk}) * {bn}:({kk} + 1) * {bn}{qcols}], {kslice(stage(kk))}, "
+            f"barrier=k_full[{stage(kk)}])",
+            f"T.mbarrier_arrive(k_full[{stage(kk)}])",
+        ]
+
+    def load_v(kk: str) -> list[str]:
+        return [
+            f"T.mbarrier_wait_parity(v_empty[{stage(kk)}], {parity(kk)} ^ 1)",
+            f"T.tma_copy(V[bz, ({kk}) * {bn}:({kk} + 1) * {bn}{vcols}], {vslice(stage(kk))}, "
+            f"barrier=v_full[{stage(kk)}])",
+            f"T.mbarrier_arrive(v_full[{stage(kk)}])",
+        ]
+
     b.append(i + f"if tx >= {ncons}:")
     p = i + "    "
     b.append(p + "T.set_max_nreg(24, 0)")
     b.append(p + f"T.tma_copy(Q[bz, bx * {bm}:(bx + 1) * {bm}{qcols}], Q_s, barrier=q_full)")
     b.append(p + "T.mbarrier_arrive(q_full)")
-    b.append(p + f"for k in T.serial({nk}):")
-    pk = p + "    "
-    b.append(pk + f"T.mbarrier_wait_parity(k_empty[{stage('k')}], {parity('k')} ^ 1)")
-    b.append(pk + f"T.tma_copy(K[bz, k * {bn}:(k + 1) * {bn}{qcols}], {kslice(stage('k'))}, barrier=k_full[{stage('k')}])")
-    b.append(pk + f"T.mbarrier_arrive(k_full[{stage('k')}])")
-    b.append(pk + f"T.mbarrier_wait_parity(v_empty[{stage('k')}], {parity('k')} ^ 1)")
-    b.append(pk + f"T.tma_copy(V[bz, k * {bn}:(k + 1) * {bn}{vcols}], {vslice(stage('k'))}, barrier=v_full[{stage('k')}])")
-    b.append(pk + f"T.mbarrier_arrive(v_full[{stage('k')}])")
+    b.extend(p + x for x in load_k("0"))
+    if nk > 1:
+        b.append(p + f"for k in T.serial({nk - 1}):")
+        b.extend(p + "    " + x for x in load_k("k + 1") + load_v("k"))
+    b.extend(p + x for x in load_v(str(nk - 1)))
 
     # ---- consumer warpgroups.
     b.append(i + "else:")
@@ -757,15 +812,14 @@ def _pipelined_body(spec: AttentionSpec, cfg: AttentionConfig) -> list[str]:
     qsrc = f"Q[bz, bx * {bm}:(bx + 1) * {bm}, :]" if dq == spec.dqk else f"Q[bz, bx * {bm}:(bx + 1) * {bm}, 0:{dq}]"
     ksrc = f"K[bz, k * {bn}:(k + 1) * {bn}, :]" if dq == spec.dqk else f"K[bz, k * {bn}:(k + 1) * {bn}, 0:{dq}]"
     vsrc = f"V[bz, k * {bn}:(k + 1) * {bn}, :]" if dv == spec.dv else f"V[bz, k * {bn}:(k + 1) * {bn}, 0:{dv}]"
-    reuse = _reuse_q_for_o(spec)
-    o_buf = "Q_s" if reuse else "O_s"
+    o_buf = _o_staging(spec)
     b: list[str] = []
     b.append(f"with T.Kernel({_ceil_div(spec.tq, bm)}, {spec.batch}, threads={cfg.threads}) as (bx, bz):")
     i = "    "
     b.append(i + f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
     b.append(i + f'K_s = T.alloc_shared(({bn}, {dq}), "{dt}")')
     b.append(i + f'V_s = T.alloc_shared(({bn}, {dv}), "{dt}")')
-    if not reuse:
+    if o_buf == "O_s":
         b.append(i + f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
     b.append(i + f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
     b.append(i + f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
