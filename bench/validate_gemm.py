@@ -10,8 +10,8 @@ bf16, fp32 out). It writes every generated builder to a ``.py`` file, compiles t
 parallel processes (TileLang caches the result on disk), then, in a child process that is
 restarted past any candidate that crashes or hangs, runs each one on fresh random inputs
 with the output poisoned with NaN and compares it with a float64 torch reference:
-``‖out − ref‖ / ‖ref‖ ≤ 2e-3`` (1e-2 for a bf16 output, whose rounding alone is 2^-9) and
-no NaN/Inf. Reference-size candidates are timed with CUDA events (median of 100 calls
+``‖out − ref‖ / ‖ref‖ ≤ 2e-3`` (1e-2 for a bf16 output, whose rounding alone is 2^-9)
+and no NaN/Inf. Reference-size candidates are timed with CUDA events (median of 100 calls
 after warm-up, launch included) and in CUDA-graph replay (median per call, launch
 amortised), next to the torch eager peer (cuBLAS ``@``) timed the same way.
 
@@ -43,8 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from superopt.kernels.gemm import (GemmConfig, GemmSpec, gemm_config_space,  # noqa: E402
-                                   gemm_source)
+from superopt.errors import LoweringError  # noqa: E402
+from superopt.kernels.gemm import (GemmConfig, GemmSpec, check_config,  # noqa: E402
+                                   gemm_config_space, gemm_source)
 from superopt.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,  # noqa: E402
                                       elementwise_source, row_config_space, rowreduce_source)
 
@@ -87,7 +88,7 @@ def edge_specs() -> list:
         GemmSpec(1, 1000, 1000, 1000, "kn", dual=True, a_row_sumsq=True, row_inputs=("r",),
                  epilogue=f"{{acc}} * {_rms(1000)} * {{acc2}} * {{r}}", name="e_all1000"),
         GemmSpec(2, 129, 129, 129, "nk", dual=True, a_row_sumsq=True,
-                 epilogue="{acc} * T.sigmoid({acc2}) + {ss}", dtype="bfloat16",
+                 epilogue="{acc} * T.sigmoid({acc2}) + {ss} * 0.01", dtype="bfloat16",
                  out_dtype="float32", name="e_129"),
         GemmSpec(1, 1, 1, 1, "kn", name="e_1"),
         GemmSpec(1, 100, 200, 0, "kn", dual=True, a_row_sumsq=True, row_inputs=("r",),
@@ -96,6 +97,12 @@ def edge_specs() -> list:
         GemmSpec(3, 200, 96, 64, "nk", row_inputs=("s", "t"), epilogue="{acc} * {s} + {t}",
                  dtype="bfloat16", out_dtype="bfloat16", name="e_batch_nk"),
         GemmSpec(4, 64, 256, 136, "nk", dual=True, epilogue="{acc} * {acc2}", name="e_nk_dual"),
+        GemmSpec(1, 129, 129, 200, "kn", dual=True, epilogue="{acc} * {acc2}",
+                 name="e_mixed"),  # A by TMA, B by a SIMT producer
+        # Several waves: the space's best persistent and raster-swizzled schedules.
+        GemmSpec(2, 1000, 3000, 1000, "kn", dual=True, a_row_sumsq=True, row_inputs=("r",),
+                 epilogue=f"{{acc}} * {_rms(1000)} * {{acc2}} * {{r}}", name="e_waves"),
+        GemmSpec(8, 512, 1024, 136, "nk", name="e_waves_nk"),
         RowReduceSpec(1000, 1000, "sum", pre="T.exp({x} - {m})", post="T.log({r}) + {m}",
                       row_inputs=("m",), name="e_rr_lse"),
         RowReduceSpec(129, 129, "max", pre="{x} * 2.0", dtype="bfloat16", name="e_rr_max"),
@@ -109,15 +116,16 @@ def edge_specs() -> list:
 
 
 def _kind(spec) -> str:
-    return {GemmSpec: "gemm", RowReduceSpec: "rowreduce", ElementwiseSpec: "elementwise"}[type(spec)]
+    kinds = {GemmSpec: "gemm", RowReduceSpec: "rowreduce", ElementwiseSpec: "elementwise"}
+    return kinds[type(spec)]
 
 
 def _configs(spec, n: int) -> list:
     kind = _kind(spec)
     if kind == "gemm":
         return gemm_config_space(spec)[:n]
-    space = row_config_space(spec.rows, spec.cols, "reduce" if kind == "rowreduce" else "elementwise")
-    return space[:n]
+    kind = "reduce" if kind == "rowreduce" else "elementwise"
+    return row_config_space(spec.rows, spec.cols, kind)[:n]
 
 
 def _source(spec, cfg) -> str:
@@ -130,7 +138,8 @@ def cfg_label(cfg) -> str:
         extra = "".join([f" z{cfg.swizzle_panel}" if cfg.swizzle_panel else "",
                          f" {cfg.policy}" if cfg.policy != "full_row" else "",
                          f" {cfg.dual_mode}" if cfg.dual_mode != "concat" else "",
-                         f" {cfg.store}" if cfg.store != "tma" else ""])
+                         f" {cfg.store}" if cfg.store != "tma" else "",
+                         " persistent" if cfg.persistent else ""])
         return (f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} s{cfg.stages} t{cfg.threads}{extra}")
     return f"{cfg.block_rows}x{cfg.block_cols} t{cfg.threads}"
 
@@ -151,12 +160,32 @@ def build_candidates(per_family: int, workdir: Path) -> list[dict]:
 
     for family, spec in reference_specs().items():
         n = per_family if _kind(spec) == "gemm" else max(2, per_family // 2)
-        for cfg in _configs(spec, n):
+        configs = _configs(spec, n)
+        if family == "matmul":
+            # Baselines for the schedule choices: TileLang's default warp policy (the
+            # 55 µs of TILELANG.md) and register stores instead of the TMA store.
+            configs += [GemmConfig(128, 256, 64, 3, 256, policy="square"),
+                        GemmConfig(128, 256, 64, 3, 256, store="direct")]
+        if family == "swiglu":
+            configs.append(GemmConfig(128, 128, 64, 4, 256, dual_mode="split"))
+        for cfg in dict.fromkeys(configs):
             add(family, spec, cfg, True)
     for spec in edge_specs():
         configs = _configs(spec, 1)
+        if isinstance(spec, GemmSpec):
+            space = gemm_config_space(spec, limit=None)
+            configs += [next(c for c in space if c.persistent)] if any(
+                c.persistent for c in space) else []
+            configs += [c for c in space if c.swizzle_panel][:1]
         if isinstance(spec, GemmSpec) and spec.n > 64:
-            configs.append(GemmConfig(128, 128, 64, 3, 256))
+            for extra in (GemmConfig(128, 128, 64, 3, 256, dual_mode="split"),
+                          GemmConfig(64, 128, 64, 3, 128, dual_mode="split")):
+                try:
+                    check_config(spec, extra)
+                except LoweringError:
+                    continue
+                configs.append(extra)
+                break
         for cfg in dict.fromkeys(configs):
             add("edge", spec, cfg, False)
     return cands
@@ -184,14 +213,24 @@ def _load_kernel(path: str, builder: str, target=None):
     return tl.compile_kernel(getattr(module, builder)(), target=target or _target())
 
 
+def short_error(e: BaseException) -> str:
+    """The lines of an exception that say why (not the CUDA source TileLang quotes)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    # nvcc ("... error ...", "nvcc fatal") and TVM ("Check failed") name the reason on
+    # their own lines; the source text and the command line around them do not.
+    keys = ("error", "fatal", "check failed")
+    pick = [ln for ln in lines if any(k in ln.lower() for k in keys)
+            and ln.lower() != "compilation error:"][-3:] or lines[-1:]
+    return f"{type(e).__name__}: {' | '.join(pick)[:400]}"
+
+
 def _compile_worker(path: str, builder: str, target) -> tuple[bool, str, float]:
     t0 = time.perf_counter()
     try:
         _load_kernel(path, builder, target)
         return True, "", time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - report every failure, keep going
-        return False, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}", \
-            time.perf_counter() - t0
+        return False, short_error(e), time.perf_counter() - t0
 
 
 def compile_all(cands: list[dict], workers: int, target) -> None:
@@ -255,21 +294,23 @@ class _RefT:
 _TORCH_DT = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
 
 
-def _dt(torch, name):
+def _torch_dtype(torch, name):
     return getattr(torch, _TORCH_DT[name])
 
 
 def make_case(c: dict, torch, device):
     """(kernel args with the NaN-poisoned output last, float64 reference, peer fn or None)."""
     s = c["spec"]
-    g = torch.Generator(device=device).manual_seed(int(hashlib.sha1(c["id"].encode()).hexdigest()[:8], 16))
+    seed = int(hashlib.sha1(c["id"].encode()).hexdigest()[:8], 16)
+    g = torch.Generator(device=device).manual_seed(seed)
 
     def randn(shape, dtype, scale=1.0):
-        return (torch.randn(shape, generator=g, device=device, dtype=torch.float32) * scale).to(dtype)
+        x = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+        return (x * scale).to(dtype)
 
     if c["kind"] == "gemm":
         b, m, n, k = s["batch"], s["m"], s["n"], s["k"]
-        dt, nk = _dt(torch, s["dtype"]), s["b_layout"] == "nk"
+        dt, nk = _torch_dtype(torch, s["dtype"]), s["b_layout"] == "nk"
         A = randn((b, m, k), dt)
         bshape = (b, n, k) if nk else (b, k, n)
         B = randn(bshape, dt, 1.0 / math.sqrt(max(k, 1)))
@@ -280,7 +321,8 @@ def make_case(c: dict, torch, device):
             args.append(B2)
         rows = {r: randn((b, m), torch.float32) for r in s["row_inputs"]}
         args += list(rows.values())
-        C = torch.full((b, m, n), float("nan"), device=device, dtype=_dt(torch, s["out_dtype"]))
+        C = torch.full((b, m, n), float("nan"), device=device,
+                       dtype=_torch_dtype(torch, s["out_dtype"]))
         args.append(C)
         A64 = A.double()
 
@@ -301,12 +343,13 @@ def make_case(c: dict, torch, device):
         return args, ref, _gemm_peer(c["family"], A, B, B2, torch)
     if c["kind"] == "rowreduce":
         rows_n, cols = s["rows"], s["cols"]
-        X = randn((rows_n, cols), _dt(torch, s["dtype"]))
+        X = randn((rows_n, cols), _torch_dtype(torch, s["dtype"]))
         rins = {r: randn((rows_n,), torch.float32) for r in s["row_inputs"]}
         out = torch.full((rows_n,), float("nan"), device=device, dtype=torch.float32)
         env = {"T": _RefT, "x": X.double()}
         env.update({r: t.double()[:, None] for r, t in rins.items()})
-        pre = torch.as_tensor(eval(s["pre"].format(x="x", **{r: r for r in rins}), env),  # noqa: S307
+        pre_expr = s["pre"].format(x="x", **{r: r for r in rins})
+        pre = torch.as_tensor(eval(pre_expr, env),  # noqa: S307 - our own expressions
                               dtype=torch.float64, device=device).expand(rows_n, cols)
         if s["reduce"] == "sum":
             red = pre.sum(-1)
@@ -315,14 +358,16 @@ def make_case(c: dict, torch, device):
                                                        dtype=torch.float64)
         env2 = {"T": _RefT, "r_": red}
         env2.update({r: t.double() for r, t in rins.items()})
-        ref = torch.as_tensor(eval(s["post"].format(r="r_", **{r: r for r in rins}), env2),  # noqa: S307
+        post_expr = s["post"].format(r="r_", **{r: r for r in rins})
+        ref = torch.as_tensor(eval(post_expr, env2),  # noqa: S307 - our own expressions
                               dtype=torch.float64, device=device).expand(rows_n)
         peer = (lambda: (X.float() * X.float()).sum(-1)) if c["family"] == "rowreduce" else None
         return [X, *rins.values(), out], ref, peer
     rows_n, cols = s["rows"], s["cols"]
     shapes = {"full": (rows_n, cols), "row": (rows_n,), "col": (cols,)}
-    ins = {name: randn(shapes[kind], _dt(torch, dt)) for name, kind, dt in s["inputs"]}
-    out = torch.full((rows_n, cols), float("nan"), device=device, dtype=_dt(torch, s["out_dtype"]))
+    ins = {name: randn(shapes[kind], _torch_dtype(torch, dt)) for name, kind, dt in s["inputs"]}
+    out = torch.full((rows_n, cols), float("nan"), device=device,
+                     dtype=_torch_dtype(torch, s["out_dtype"]))
     env = {"T": _RefT}
     for (name, kind, _), t in zip(s["inputs"], ins.values()):
         t64 = t.double()
@@ -459,24 +504,28 @@ def child_main(todo_path: str, results_path: str, timeout_s: float) -> None:
                     out.write(json.dumps({"event": "peer", "family": c["family"],
                                           "peer": "torch eager (cuBLAS)", **p}) + "\n")
         except Exception as e:  # noqa: BLE001 - report and go on with the next candidate
-            rec["error"] = f"{type(e).__name__}: {e}"[:500]
+            rec["error"] = short_error(e)
             rec["traceback"] = traceback.format_exc()[-2000:]
             rec["correct"] = False
-            if "CUDA" in str(e) or "cuda" in type(e).__name__.lower():
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a sticky CUDA error poisons the context
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
-                os._exit(3)  # the context is poisoned: restart in a fresh process
+                os._exit(3)  # the parent restarts us past this candidate
         deadline["t"] = None
         out.write(json.dumps(rec) + "\n")
     out.close()
 
 
-def run_children(cands: list[dict], workdir: Path, timeout_s: float, budget_s: float) -> tuple[dict, dict]:
+def run_children(cands: list[dict], workdir: Path, timeout_s: float,
+                 budget_s: float) -> tuple[dict, dict]:
     """Run the compiled candidates in child processes, restarting past crashes and hangs."""
     results: dict[str, dict] = {}
     peers: dict[str, dict] = {}
     pending = [c for c in cands if c.get("compile_ok")]
     log = workdir / "results.jsonl"
+    log.touch()
     t_end = time.monotonic() + budget_s
     attempt = 0
     while pending and time.monotonic() < t_end:
@@ -509,7 +558,13 @@ def run_children(cands: list[dict], workdir: Path, timeout_s: float, budget_s: f
         if started is not None and started not in results:
             why = "hung (watchdog)" if rc == 124 else f"child died (exit {rc})"
             results[started] = {"id": started, "error": why, "correct": False}
-        pending = [c for c in pending if c["id"] not in results]
+        remaining = [c for c in pending if c["id"] not in results]
+        if len(remaining) == len(pending):  # the child never got to a candidate
+            for c in pending:
+                results[c["id"]] = {"id": c["id"], "correct": False,
+                                    "error": f"child process failed before running (exit {rc})"}
+            remaining = []
+        pending = remaining
     for c in pending:
         results[c["id"]] = {"id": c["id"], "error": "not run: time budget spent", "correct": False}
     return results, peers
@@ -554,13 +609,15 @@ def print_table(cands: list[dict], results: dict, peers: dict) -> None:
            f"{'ev_us':>8} {'graph_us':>8} {'TFLOP/s':>7} {'peer_us':>8} {'x_peer':>6}")
     print(hdr)
     print("-" * len(hdr))
+    assert len({c["id"] for c in cands}) == len(cands), "candidate ids must be unique"
     for c in cands:
         r = results.get(c["id"], {})
         peer = peers.get(c["family"], {})
         g = r.get("graph_us")
         tf = flops(c) / (g * 1e-6) / 1e12 if g and flops(c) else None
         pg = peer.get("graph_us")
-        ok = "yes" if r.get("correct") else ("ERR" if "error" in r or not c.get("compile_ok") else "NO")
+        failed = "error" in r or not c.get("compile_ok")
+        ok = "yes" if r.get("correct") else ("ERR" if failed else "NO")
         print(f"{c['family']:<12} {c['spec']['name']:<12} {c['label'][:34]:<34} "
               f"{_fmt(c.get('compile_s')):>6} {_fmt(r.get('rel_err'), '.2e'):>9} {ok:>3} "
               f"{_fmt(r.get('events_us')):>8} {_fmt(g):>8} {_fmt(tf, '.0f'):>7} {_fmt(pg):>8} "
@@ -577,10 +634,13 @@ def print_table(cands: list[dict], results: dict, peers: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="directory for validate_gemm.json and the work files")
-    ap.add_argument("--per-family", type=int, default=8, help="configs per GEMM family (row families: half)")
+    ap.add_argument("--per-family", type=int, default=8,
+                    help="configs per GEMM family (row families: half)")
     ap.add_argument("--workers", type=int, default=12, help="parallel compile processes")
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate before it counts as hung")
-    ap.add_argument("--budget", type=float, default=150.0, help="seconds for running all candidates")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds per candidate before it counts as hung")
+    ap.add_argument("--budget", type=float, default=150.0,
+                    help="seconds for running all candidates")
     ap.add_argument("--dry-run", action="store_true",
                     help="generate and compile for sm_90a only (no GPU needed), then stop")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -595,6 +655,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="validate_gemm_", dir=args.out))
     t0 = time.perf_counter()
     cands = build_candidates(args.per_family, workdir)
+    assert len({c["id"] for c in cands}) == len(cands), "candidate ids must be unique"
     print(f"{len(cands)} candidates; compiling with {args.workers} processes ...", flush=True)
     compile_all(cands, args.workers, SM90A if args.dry_run else _target())
     t_compile = time.perf_counter() - t0
@@ -612,7 +673,8 @@ def main() -> int:
               "candidates": [{**c, "result": results.get(c["id"])} for c in cands]}
     path = args.out / "validate_gemm.json"
     path.write_text(json.dumps(report, indent=1, default=str))
-    bad = [c["id"] for c in cands if c.get("compile_ok") and not results.get(c["id"], {}).get("correct")]
+    bad = [c["id"] for c in cands
+           if c.get("compile_ok") and not results.get(c["id"], {}).get("correct")]
     failed_compile = [c["id"] for c in cands if not c.get("compile_ok")]
     print(f"wrote {path}; {len(cands) - len(bad) - len(failed_compile)} correct, {len(bad)} wrong "
           f"or failed at run time, {len(failed_compile)} failed to compile; "

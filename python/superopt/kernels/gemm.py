@@ -10,18 +10,23 @@ One template covers every GEMM the lowering emits::
 A, B, B2 are fp16 or bf16, accumulation is fp32, C is fp16, bf16 or fp32. All tensors are
 contiguous row-major with a leading batch axis (size 1 when the graph has none).
 
-The kernel is TileLang's Hopper schedule: ``T.Pipelined`` over K tiles with ``T.copy``
+The kernel is TileLang's Hopper schedule (one block per output tile, or with
+``persistent`` one block per SM walking the tiles): ``T.Pipelined`` over K tiles with ``T.copy``
 global→shared and ``T.gemm`` on shared operands. On sm_90a TileLang turns this into a
 warp-specialised kernel by itself (one producer warpgroup issuing TMA bulk loads into a
 ``stages``-deep mbarrier ring; ``threads / 128`` consumer warpgroups issuing ``wgmma``,
 with ``setmaxnreg`` rebalancing registers), so ``threads`` counts *consumer* threads and
-the launched block has ``threads + 128``. The epilogue stages C through shared memory
+the launched block has ``threads + 128``. TMA zero-fills the parts of a tile beyond the
+tensor, so a ragged K tail adds zeros. The epilogue stages C through shared memory
 (``stmatrix``) and writes it with TMA bulk stores, which clip against the tensor bounds.
-For operands whose row pitch is not a multiple of 16 bytes (TMA's requirement, e.g.
-k = 129 in fp16) TileLang falls back to predicated ``cp.async``/vector copies by itself.
+Operands whose row pitch is not a multiple of 16 bytes (TMA's requirement, e.g. k = 129
+in fp16) are loaded by predicated copies that TileLang generates by itself (see
+:func:`gemm_block_threads` for the block it then launches).
 
 Public API: :class:`GemmSpec`, :class:`GemmConfig`, :func:`gemm_source`,
-:func:`gemm_config_space`, :func:`gemm_smem_bytes`, :func:`gemm_accum_registers`.
+:func:`gemm_config_space`, :func:`gemm_smem_bytes`; the models behind the pruning:
+:func:`check_config`, :func:`gemm_accum_registers`, :func:`gemm_block_threads`,
+:func:`gemm_register_cap`, :func:`gemm_cost_clk`.
 
 Sources: the TileLang 0.1.15 lowering measured in ``../shared/design/TILELANG.md``; the
 sm_90 pitfalls listed there (block_n ≡ 8 mod 16, one fragment per GEMM when two GEMMs
@@ -30,6 +35,7 @@ share a loop, no explicit MMA swizzle layouts) are enforced by :func:`check_conf
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import string
 from dataclasses import dataclass
@@ -98,13 +104,15 @@ class GemmConfig:
     Attributes:
         block_m, block_n, block_k: the output tile (block_m × block_n) and the K step.
         stages: depth of the shared-memory ring the producer warpgroup fills with TMA.
-        threads: consumer threads (a multiple of 128: one warpgroup per 128); TileLang adds
-            a 128-thread producer warpgroup, so the block launches ``threads + 128``.
+        threads: consumer threads, 128, 256 or 384 (one wgmma warpgroup per 128); TileLang
+            adds a 128-thread TMA producer warpgroup, so the block usually launches
+            ``threads + 128`` (:func:`gemm_block_threads`).
         swizzle_panel: 0 = blocks in launch order; else ``T.use_swizzle(panel)`` raster
             order, so that consecutive blocks share B column panels in L2.
         policy: how the consumer warpgroups split the tile (``T.GemmWarpPolicy``):
-            ``"full_row"`` (each warpgroup owns whole rows: ``wgmma m64nNk16`` with the
-            widest N, the fastest on Hopper), ``"square"`` or ``"full_col"``.
+            ``"full_row"`` (each warpgroup owns whole rows: ``wgmma m64nNk16`` with N the
+            whole tile width, the fewest shared-memory operand reads per FMA),
+            ``"square"`` (TileLang's default) or ``"full_col"``.
         store: ``"tma"``: C goes fragment → shared (``stmatrix``) → global (TMA bulk
             store, clipped at the tensor edge); ``"direct"``: fragment → global with
             predicated register stores.
@@ -114,6 +122,11 @@ class GemmConfig:
             read once per instruction (needs ``block_n <= 128``); the two column halves of
             the accumulator become ``acc`` and ``acc2`` by register renaming. ``"split"``:
             two ``T.gemm`` calls into two fragments.
+        persistent: launch ``min(tiles, 132)`` blocks that walk the tiles with
+            ``T.Persistent`` (grouped raster order, ``swizzle_panel`` column tiles per
+            group, or the largest of 8/4/2/1 dividing the column tiles when 0). The K ring
+            then stays apart from the C staging tile, so the next tile's loads overlap this
+            tile's epilogue; worth it when the tiles take several waves.
     """
 
     block_m: int
@@ -125,10 +138,22 @@ class GemmConfig:
     policy: str = "full_row"
     store: str = "tma"
     dual_mode: str = "concat"
+    persistent: bool = False
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _persistent_group(cfg: GemmConfig, n_blocks: int) -> int:
+    """Column tiles per raster group of a persistent GEMM (T.Persistent's group_size).
+
+    A group that does not divide the column tiles leaves holes that still take wave slots,
+    so the default is the largest of 8, 4, 2, 1 that divides them.
+    """
+    if cfg.swizzle_panel:
+        return cfg.swizzle_panel
+    return next(g for g in (8, 4, 2, 1) if n_blocks % g == 0)
 
 
 def _check_identifier(name: str, what: str) -> None:
@@ -182,7 +207,7 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
     Raises:
         LoweringError: tile sizes not multiples of the wgmma atom, ``block_n ≡ 8 (mod 16)``
             (wrong results on sm_90, tile-ai/tilelang#2593), shared memory over 227 KiB, or
-            accumulators over ``min(ACCUM_REGS_LIMIT, gemm_register_cap(cfg) - 32)``
+            accumulators over ``min(ACCUM_REGS_LIMIT, gemm_register_cap(spec, cfg) - 32)``
             registers per consumer thread.
     """
     if cfg.threads not in (128, 256, 384):
@@ -226,7 +251,11 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
     if cfg.policy == "full_col" and (cfg.block_m % 64 or cfg.block_n % (16 * wgs)):
         raise LoweringError(f"full_col needs block_n % {16 * wgs} == 0, got {cfg.block_n}")
     regs = gemm_accum_registers(spec, cfg)
-    limit = min(ACCUM_REGS_LIMIT, gemm_register_cap(cfg) - _NON_ACCUM_REGS)
+    limit = min(ACCUM_REGS_LIMIT, gemm_register_cap(spec, cfg) - _NON_ACCUM_REGS)
+    if cfg.persistent and spec.dual and cfg.dual_mode == "concat":
+        # Measured (ptxas -v): 128 concat accumulators inside the persistent tile loop
+        # spill 56-76 bytes; 64 do not.
+        limit -= 32
     if regs > limit:
         raise LoweringError(
             f"{regs} accumulator registers per consumer thread > {limit} "
@@ -236,15 +265,37 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
         raise LoweringError(f"{smem} bytes of shared memory > {SMEM_LIMIT_BYTES}")
 
 
-def gemm_register_cap(cfg: GemmConfig) -> int:
-    """Registers per thread ptxas may use: ``__launch_bounds__(threads + 128, 1)``.
+def gemm_tma_operands(spec: GemmSpec) -> tuple[bool, bool]:
+    """Whether TMA can load A, and B (and B2): a row pitch that is a multiple of 16 bytes."""
+    ib = _DTYPE_BYTES[spec.dtype]
+    b_pitch = (spec.n if spec.b_layout == "kn" else spec.k) * ib
+    return (spec.k * ib) % 16 == 0, b_pitch % 16 == 0
 
-    TileLang adds a 128-thread producer warpgroup, so the cap is 65536 / (threads + 128)
-    (168 for 256 consumers, 128 for 384), at most 255. Measured with ``ptxas -v`` on
-    0.1.15 output: 128×256 fp32 accumulators over 256 consumers compile to 168 registers
-    without spills; 192×256 over 384 consumers fails (ptxas C7602, needs 154 > 128).
+
+def gemm_block_threads(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Threads TileLang 0.1.15 launches per block for this kernel (checked on its output).
+
+    With every operand loaded by TMA, it warp-specialises: ``threads`` consumers plus one
+    128-thread producer warpgroup. With none (e.g. fp16 k = 129) it software-pipelines
+    ``cp.async`` copies in the ``threads`` threads. With a mix (e.g. kn, n = 129) it adds a
+    SIMT producer of ``threads`` threads (``2·threads``, no ``setmaxnreg``). k == 0 has no
+    loads: ``threads``.
     """
-    return min(255, 65536 // (cfg.threads + 128) // 8 * 8)
+    a_tma, b_tma = gemm_tma_operands(spec)
+    if spec.k == 0 or not (a_tma or b_tma):
+        return cfg.threads
+    return cfg.threads + 128 if a_tma and b_tma else 2 * cfg.threads
+
+
+def gemm_register_cap(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Registers per thread ptxas may use: 65536 / :func:`gemm_block_threads`, at most 255.
+
+    168 for 256 consumers plus the producer warpgroup, 128 for 384 (or for 256 with a SIMT
+    producer). Measured with ``ptxas -v`` on 0.1.15 output: 128×256 fp32 accumulators
+    over 256 consumers compile to 168 registers without spills; 192×256 over 384 consumers
+    fails (ptxas C7602, needs 154 > 128).
+    """
+    return min(255, 65536 // gemm_block_threads(spec, cfg) // 8 * 8)
 
 
 def gemm_accum_registers(spec: GemmSpec, cfg: GemmConfig) -> int:
@@ -262,7 +313,8 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     The K ring holds ``stages`` × (A tile + B tile [+ B2 tile]); the C staging tile is
     live only after the K loop, and TileLang's storage planner lets it reuse the ring
     (measured on 0.1.15: 128×256×64, 4 stages, fp16 → 196608 bytes, exactly the ring), so
-    the bound is the larger of the two plus the small per-row vectors.
+    the bound is the larger of the two plus the small per-row vectors; a persistent
+    kernel keeps both (the sum).
     """
     ib = _DTYPE_BYTES[spec.dtype]
     n_b = 2 if spec.dual else 1
@@ -273,6 +325,8 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     rows = 4 * cfg.block_m * (len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0))
     # 1 KiB alignment per buffer (TMA/wgmma swizzled buffers are 1024-byte aligned).
     n_buffers = 2 + (1 if spec.dual else 0) + len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0)
+    if cfg.persistent:  # the ring stays live across tiles: no reuse for C
+        return ring + c_stage + rows + 1024 * n_buffers
     return max(ring, c_stage) + rows + 1024 * n_buffers
 
 
@@ -288,7 +342,9 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
         <row input> [batch, m]      float32, one per spec.row_inputs, in order
         C  [batch, m, n]            spec.out_dtype
 
-    Grid: (ceil(n / block_n), ceil(m / block_m), batch); block: ``cfg.threads + 128``.
+    Grid: ``(ceil(n / block_n), ceil(m / block_m), batch)``, or ``min(tiles, 132)`` blocks
+    when ``cfg.persistent``; block: :func:`gemm_block_threads` (``cfg.threads + 128`` when
+    TMA loads every operand).
 
     Raises:
         LoweringError: an invalid spec or config (see :func:`check_spec`,
@@ -326,15 +382,20 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     emit(1, f'"""{s.name}: GEMM batch={s.batch} m={s.m} n={s.n} k={s.k} B={s.b_layout} '
             f'dual={s.dual} sumsq={s.a_row_sumsq}; tile {bm}x{bn}x{bk}, {c.stages} stages, '
             f'{c.threads} consumer threads, {c.policy}, swizzle {c.swizzle_panel}, '
-            f'store {c.store}, dual {c.dual_mode}."""')
+            f'store {c.store}, dual {c.dual_mode}, persistent {c.persistent}."""')
     emit(0, "")
     emit(1, "@T.prim_func")
     emit(1, f"def {s.name}(")
     for p in params:
         emit(2, p + ",")
     emit(1, "):")
-    emit(2, f"with T.Kernel({_ceil_div(s.n, bn)}, {_ceil_div(s.m, bm)}, {s.batch}, "
-            f"threads={c.threads}) as (bx, by, bz):")
+    m_blocks, n_blocks = _ceil_div(s.m, bm), _ceil_div(s.n, bn)
+    if c.persistent:
+        grid = min(s.batch * m_blocks * n_blocks, NUM_SMS)
+        emit(2, f"with T.Kernel({grid}, threads={c.threads}) as pid:")
+    else:
+        emit(2, f"with T.Kernel({n_blocks}, {m_blocks}, {s.batch}, "
+                f"threads={c.threads}) as (bx, by, bz):")
     d = 3
     # --- buffers
     if s.k > 0:
@@ -358,7 +419,14 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
         emit(d, f'{r}_s = T.alloc_shared(({bm},), "float32")')
     if c.store == "tma":
         emit(d, f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
-    if c.swizzle_panel:
+    if c.persistent:
+        # One block per SM walks the tiles; groups of `group` column tiles share their B
+        # panels in L2. The ring is not aliased with C_s, so the producer prefetches the
+        # next tile's K steps while the consumers store this one.
+        emit(d, f"for bz, by, bx in T.Persistent([{s.batch}, {m_blocks}, {n_blocks}], {grid}, "
+                f"pid, {_persistent_group(c, n_blocks)}):")
+        d += 1
+    elif c.swizzle_panel:
         emit(d, f"T.use_swizzle(panel_size={c.swizzle_panel})")
     # --- main loop
     if concat and s.k > 0:
@@ -480,10 +548,12 @@ def gemm_cost_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> fl
     ksteps = _ceil_div(spec.k, cfg.block_k) if spec.k else 0
     # Fewer stages than needed to cover the ~1 µs TMA latency stall the ring.
     stall = 1.0 + 0.08 * max(0, 3 - cfg.stages)
-    per_tile = ksteps * (max(tensor, smem) * stall + _KSTEP_OVERHEAD_CLK) + _TILE_OVERHEAD_CLK
+    mainloop = ksteps * (max(tensor, smem) * stall + _KSTEP_OVERHEAD_CLK)
     tiles = spec.batch * _ceil_div(spec.m, cfg.block_m) * _ceil_div(spec.n, cfg.block_n)
     waves = _ceil_div(tiles, num_sms)
-    return waves * per_tile
+    if cfg.persistent:  # later tiles' fill and epilogue mostly hide under the mainloop
+        return waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1))
+    return waves * (mainloop + _TILE_OVERHEAD_CLK)
 
 
 def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig]:
@@ -494,8 +564,10 @@ def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig
     per FMA; ``"square"`` and ``"full_col"`` stay available to explicit configs). Pruned:
     shared memory over :data:`SMEM_LIMIT_BYTES`, accumulators over
     :data:`ACCUM_REGS_LIMIT` registers per consumer thread, ``block_n ≡ 8 (mod 16)``,
-    tiles far larger than the problem. Ordered by :func:`gemm_cost_clk`, ties broken
-    towards a rasterisation swizzle, more stages and smaller tiles.
+    tiles far larger than the problem. When the tiles take more than one wave, each shape
+    also comes with a rasterisation swizzle and as a persistent kernel. Ordered by
+    :func:`gemm_cost_clk`, ties broken towards concat duals, a rasterisation swizzle,
+    more stages and smaller tiles.
 
     Args:
         spec: the GEMM.
@@ -505,36 +577,32 @@ def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig
         LoweringError: an invalid spec.
     """
     check_spec(spec)
-    seen: set[GemmConfig] = set()
-    cands: list[GemmConfig] = []
-    m_cap = max(64, 1 << (spec.m - 1).bit_length()) if spec.m > 1 else 64
-    n_cap = max(64, 1 << (spec.n - 1).bit_length()) if spec.n > 1 else 64
-    for threads, block_ms in ((128, (64, 128)), (256, (128, 256)), (384, (192,))):
-        for bm in block_ms:
-            if bm > 2 * m_cap:
+    m_cap = max(64, 1 << (spec.m - 1).bit_length())
+    n_cap = max(64, 1 << (spec.n - 1).bit_length())
+    modes = ("concat", "split") if spec.dual else ("concat",)
+    shapes = [(threads, bm, bn, bk, stages)
+              for threads, block_ms in ((128, (64, 128)), (256, (128, 256)), (384, (192,)))
+              for bm in block_ms if bm <= 2 * m_cap
+              for bn in _BLOCK_N_CHOICES if bn <= 2 * n_cap
+              for bk in _BLOCK_K_CHOICES
+              for stages in _STAGE_CHOICES]
+    cands: dict[GemmConfig, None] = {}
+    for threads, bm, bn, bk, stages in shapes:
+        tiles = _ceil_div(spec.m, bm) * _ceil_div(spec.n, bn) * spec.batch
+        # Raster order and persistence only matter when the tiles take several waves.
+        schedules = ((0, False), (8, False), (0, True)) if tiles > NUM_SMS else ((0, False),)
+        for (swizzle, persistent), mode in itertools.product(schedules, modes):
+            cfg = GemmConfig(bm, bn, bk, stages, threads, swizzle, "full_row",
+                             dual_mode=mode, persistent=persistent)
+            try:
+                check_config(spec, cfg)
+            except LoweringError:
                 continue
-            for bn in _BLOCK_N_CHOICES:
-                if bn > 2 * n_cap:
-                    continue
-                for bk in _BLOCK_K_CHOICES:
-                    for stages in _STAGE_CHOICES:
-                        tiles = _ceil_div(spec.m, bm) * _ceil_div(spec.n, bn) * spec.batch
-                        # Raster order only matters when tiles run in several waves.
-                        for swz in ((0, 8) if tiles > 2 * NUM_SMS else (0,)):
-                            for mode in (("concat", "split") if spec.dual else ("concat",)):
-                                cfg = GemmConfig(bm, bn, bk, stages, threads, swz, "full_row",
-                                                 dual_mode=mode)
-                                try:
-                                    check_config(spec, cfg)
-                                except LoweringError:
-                                    continue
-                                if cfg not in seen:
-                                    seen.add(cfg)
-                                    cands.append(cfg)
+            cands[cfg] = None
 
     def key(c: GemmConfig) -> tuple:
         return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", -c.swizzle_panel,
                 -c.stages, c.block_m * c.block_n, c.block_k, c.threads, c.block_m, c.block_n)
 
-    cands.sort(key=key)
-    return cands if limit is None else cands[:limit]
+    ordered = sorted(cands, key=key)
+    return ordered if limit is None else ordered[:limit]

@@ -128,7 +128,8 @@ def _check_config(cfg: RowConfig) -> None:
 
 def _check_rowreduce(spec: RowReduceSpec) -> None:
     if spec.rows < 1 or spec.cols < 0:
-        raise LoweringError(f"row reduction needs rows >= 1, cols >= 0; got {spec.rows}x{spec.cols}")
+        raise LoweringError(
+            f"row reduction needs rows >= 1, cols >= 0; got {spec.rows}x{spec.cols}")
     if spec.reduce not in ("sum", "max"):
         raise LoweringError(f"reduce must be 'sum' or 'max', got {spec.reduce!r}")
     if spec.dtype not in _X_DTYPES:
@@ -333,7 +334,8 @@ def row_config_space(rows: int, cols: int, kind: str = "reduce",
         if kind == "elementwise":
             blocks *= _ceil_div(cols_eff, c.block_cols)
         fill = round(min(blocks / (2 * 132), 1.0), 1)
-        padded = _ceil_div(rows, c.block_rows) * c.block_rows * _ceil_div(cols_eff, c.block_cols) * c.block_cols
+        padded = (_ceil_div(rows, c.block_rows) * c.block_rows
+                  * _ceil_div(cols_eff, c.block_cols) * c.block_cols)
         waste = round(padded / (rows * cols_eff), 1)
         per_row = max(c.block_cols * c.block_rows // c.threads // c.block_rows, 1)
         return (-fill, waste, abs(per_row - 8), c.threads != 256, c.block_rows, c.block_cols)
