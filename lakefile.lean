@@ -7,6 +7,8 @@ open System Lake DSL
 * `lean_lib Superopt` (`Lean/Superopt.lean` and `Lean/Superopt/*.lean`), `linter.missingDocs` on;
 * `lean_exe superopt` (`Lean/Main.lean`): `lake exe superopt attention`;
 * `lean_exe superopt_tests` (`LeanTests/Main.lean`), the test driver: `lake test`;
+* `lean_lib LeanTests` (`LeanTests/RulesTest.lean`): the law model and rule checks, built by
+  `lake build` and imported by the test driver;
 * `extern_lib superopt_lean_shim`: `bridge/lean_shim.c` (the only C file that includes
   `lean/lean.h`), compiled against the toolchain's headers. It calls `superopt_bridge_call` of
   `build/bridge/libsuperopt_bridge.so`, the CPython-embedding library that `bridge/build.sh`
@@ -41,6 +43,15 @@ lean_exe superopt where
 @[test_driver]
 lean_exe superopt_tests where
   root := `LeanTests.Main
+
+-- `LeanTests/RulesTest.lean`: the 𝔽₂ model of `ScalarLaws` (the laws are consistent), the rule
+-- theorems instantiated at it, kernel checks on concrete tiles and `#eval` checks of the
+-- semantics on `Float` (a failing check is an error, so it fails the build). Not under any other
+-- library's roots, so it needs its own to be importable; `lake build` builds it, and so does
+-- `lake test` (the test driver imports it).
+@[default_target]
+lean_lib LeanTests where
+  roots := #[`LeanTests.RulesTest]
 
 -- `bridge/lean_shim.c` compiled against the toolchain's `lean/lean.h`, after running
 -- `bridge/build.sh` (which builds `build/bridge/libsuperopt_bridge.so` when it is stale).

@@ -1,4 +1,5 @@
 import Superopt
+import LeanTests.RulesTest
 
 /-!
 # The Lean test driver (`lake test`)
@@ -21,6 +22,9 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
   (Python's `derive_all(..., lowerable_only=False)`), every derivation replays (each step
   checked) to the plan it was derived with, and a few rule sites, the canonical renumbering and
   the bits of `log2e` are checked.
+
+Importing `LeanTests.RulesTest` makes `lake test` also build the kernel and `#eval` checks of
+the law model and the rules (a failing one fails the build of the test driver).
 
 Usage: `lake test` (from the repository root), or `lake exe superopt_tests [GOLDEN_DIR]`.
 The last line is `N passed, M failed`; the exit status is 1 when anything failed.

@@ -334,7 +334,8 @@ def Graph.ofMsg? (v : MsgValue) (path : String := "graph") : WireM Graph := do
   let entries ← versionedMap v "graph" ["v", "kind", "name", "axes", "nodes", "output"] path
   let name ← asStr (field entries "name") (joinPath path "name")
   let axesPath := joinPath path "axes"
-  let axes ← mapItems (← asArr (field entries "axes") axesPath) axesPath fun item p => do
+  -- `(α := …)`: the item type is known before the `do` block below is elaborated
+  let axes ← mapItems (α := Axis × Nat) (← asArr (field entries "axes") axesPath) axesPath fun item p => do
     let pair ← asArr item p
     match pair with
     | [a, s] => return (← asStr a (indexPath p 0), ← asCount s (indexPath p 1))
