@@ -161,11 +161,13 @@ def _lower_module_to_cuda(path: str) -> str | None:
 def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
          device: str = "cuda", out_dir: str | None = None, progress: bool = True,
          command: str | None = None, peers: bool = True, timing: Any = None,
-         derived: list[Derived] | None = None) -> dict:
+         derived: list[Derived] | None = None, final_rounds: int = 3) -> dict:
     """Run the main job on ``graph`` and return its record (see the module docstring).
 
     Args:
         derived: the derivations to search (default: :func:`derive_all` of ``graph``).
+        final_rounds: rounds of the interleaved re-timing of the leaders against the best
+            peers (:func:`final_round`); 0 skips it.
 
     Raises:
         NoCudaError: no CUDA GPU (before anything is compiled).
@@ -190,6 +192,9 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
             timing=timing)
         t_search = time.time() - t0
         peer_results = runner.peers() if peers else []
+        final = final_round(runner, results, peer_results,
+                            {c.id: c.module_path for c in planned},
+                            rounds=final_rounds) if final_rounds else {}
         try:
             ceilings = runner.ceilings()
         except Exception as e:  # noqa: BLE001 - recorded, the run still reports
@@ -225,6 +230,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
             d["tflops"] = fl / (r.time_us * 1e-6) / 1e12
         record["candidates"].append(d)
     record["peers"] = [p.to_dict() if hasattr(p, "to_dict") else dict(p) for p in peer_results]
+    _apply_final(record, final)
     ok = [c for c in record["candidates"] if c["status"] == "ok"]
     if ok:
         top = ok[0]
@@ -244,6 +250,80 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         from .report import write_outputs
         write_outputs(record, graph, by_id, Path(out_dir))
     return record
+
+
+def final_round(runner, results, peer_results, module_paths: dict[str, str], *,
+                rounds: int = 3, top: int = 3, peers: int = 2) -> dict[str, dict]:
+    """Re-time the ``top`` leaders and the ``peers`` fastest non-compiled peers, interleaved,
+    ``rounds`` times.
+
+    GPU clocks drift over a run (on one H200 the same attention kernel measured 219 and
+    240 µs ten seconds apart, bench/results/2026-11-30-run2), so the leaders and the best
+    peers are timed again side by side, round-robin, and ranked by the median of the rounds.
+    Every re-check runs on fresh inputs, so a leader that goes wrong is caught too.
+
+    Returns:
+        ``"c3"`` / ``"peer:SDPA cuDNN"`` → ``{"graph_us": [...], "call_us": [...],
+        "status": ...}`` (lists: one value per round).
+    """
+    from .peers import COMPILE_PEERS
+    from .runner import Candidate
+    leaders = [r for r in results if r.status == "ok"][:top]
+    # torch.compile peers would recompile (and re-autotune) every round: they keep their
+    # search-phase times; eager and the vendor libraries are re-timed
+    fast = sorted((p for p in peer_results if p.status == "ok" and p.graph_us
+                   and p.name not in COMPILE_PEERS), key=lambda p: p.graph_us)[:peers]
+    out: dict[str, dict] = {}
+    for _ in range(rounds):
+        for r in leaders:
+            c = Candidate(r.id, r.derivation_id, r.config, module_paths[r.id], r.source_hash)
+            res = runner.check(c)
+            e = out.setdefault(r.id, {"graph_us": [], "call_us": [], "status": "ok"})
+            if res.status != "ok":
+                e["status"], e["error"] = res.status, res.error
+                continue
+            e["graph_us"].append(res.graph_us)
+            e["call_us"].append(res.call_us)
+        for p in runner.peers([p.name for p in fast]) if fast else []:
+            e = out.setdefault("peer:" + p.name, {"graph_us": [], "call_us": [], "status": "ok"})
+            if p.status == "ok" and p.graph_us:
+                e["graph_us"].append(p.graph_us)
+                e["call_us"].append(p.call_us)
+    return out
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+def _apply_final(record: dict, final: dict[str, dict]) -> None:
+    """Replace the leaders' and best peers' times by their final-round medians (the search
+    times stay under ``search_graph_us``/``search_call_us``) and re-rank the candidates."""
+    if not final:
+        return
+    record["final_round"] = final
+    for c in record["candidates"]:
+        f = final.get(c["id"])
+        if f is None:
+            continue
+        c["search_graph_us"], c["search_call_us"] = c.get("graph_us"), c.get("call_us")
+        if f["status"] != "ok":
+            c["status"], c["error"] = f["status"], f.get("error")
+            continue
+        c["graph_us"], c["call_us"] = _median(f["graph_us"]), _median(f["call_us"])
+        if record.get("flops") and c["graph_us"]:
+            c["tflops"] = record["flops"] / (c["graph_us"] * 1e-6) / 1e12
+    for p in record["peers"]:
+        f = final.get("peer:" + p["name"])
+        if f and f["graph_us"]:
+            p["search_graph_us"], p["search_call_us"] = p.get("graph_us"), p.get("call_us")
+            p["graph_us"], p["call_us"] = _median(f["graph_us"]), _median(f["call_us"])
+
+    def key(c):
+        t = c.get("graph_us") if c["status"] == "ok" else None
+        return (c["status"] != "ok", t if t is not None else float("inf"))
+    record["candidates"].sort(key=key)
 
 
 def results_for_wire(record: dict) -> dict:
