@@ -5,22 +5,32 @@
     superopt derive WORKLOAD [--case ...] [--json] [--show ID --out FILE.png]
     superopt workloads
 
-Exit status: 0 success; 2 bad usage or input (one line on stderr naming the problem);
-3 timing asked for on a machine without CUDA; 1 an internal error.
+Exit status: 0 success (also when the reader of stdout goes away early, e.g. ``| head -1``);
+2 bad usage or input (one line on stderr naming the problem); 3 timing asked for on a machine
+without CUDA; 1 a failure that is not the input's fault (one line for typed errors and out of
+memory; a traceback for a bug); 130 interrupted. ``docs/errors.md`` lists them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
+from pathlib import Path
 
-from .errors import CaseError, NoCudaError, SuperoptError
+from .errors import CaseError, NoCudaError, OutOfMemoryError, SuperoptError, from_exception
 from .workloads import WORKLOADS, get_workload, parse_case
 
-EXIT_USAGE, EXIT_NO_CUDA = 2, 3
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NO_CUDA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: Error kinds that are the input's fault: exit status 2 (the graph kinds come from a bad
+#: case reaching shape inference; a ``--show`` id naming no derivation is a ``case`` error).
+USAGE_KINDS = ("case", "graph", "unknown_axis", "size_mismatch", "contraction", "reduce_axis",
+               "dangling_node", "cycle", "missing_output")
+#: Picture formats ``derive --show`` writes.
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf", ".dot")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,9 +42,19 @@ def _budget(text: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--budget must be a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     if n < 1:
-        raise argparse.ArgumentTypeError(f"--budget must be >= 1, got {n}")
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _depth(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
 
 
@@ -42,9 +62,9 @@ def _seconds(text: str) -> float:
     try:
         x = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--time-budget must be seconds, got {text!r}")
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"--time-budget must be > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}")
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be finite and > 0, got {text!r}")
     return x
 
 
@@ -63,13 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true",
                    help="derive and lower every candidate to CUDA C without a GPU")
     r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--no-peers", action="store_true",
+                   help="skip timing the peers (and the comparison with them)")
     d = sub.add_parser("derive", help="list the derivations of a workload")
     d.add_argument("workload")
     d.add_argument("--case")
     d.add_argument("--json", action="store_true", help="one JSON document")
     d.add_argument("--show", metavar="ID", help="draw derivation ID (needs --out FILE.png)")
     d.add_argument("--out", metavar="FILE", help="picture file (.png, .svg, .pdf or .dot)")
-    d.add_argument("--max-depth", type=int, default=None)
+    d.add_argument("--max-depth", type=_depth, default=None,
+                   help="rule steps to search (default: superopt.derive.DEFAULT_MAX_DEPTH)")
     sub.add_parser("workloads", help="list the workloads and their reference cases")
     return p
 
@@ -88,14 +111,28 @@ def cmd_workloads(args) -> int:
 def cmd_derive(args) -> int:
     from .derive import DEFAULT_MAX_DEPTH, derive_all, find
     from .wire import derivation_to_wire
+    if args.show and not args.out:
+        raise CaseError("--show needs --out FILE.png", path="--out")
+    if args.out and not args.show:
+        raise CaseError("--out is the picture of --show ID; give --show too", path="--out")
+    if args.out and Path(args.out).suffix not in PICTURE_SUFFIXES:
+        raise CaseError(f"cannot tell the picture format of {args.out!r}; use one of "
+                        f"{', '.join(PICTURE_SUFFIXES)}", path="--out")
     g = _graph(args)
-    derived = derive_all(g, args.max_depth or DEFAULT_MAX_DEPTH)
+    derived = derive_all(g, DEFAULT_MAX_DEPTH if args.max_depth is None else args.max_depth)
     if args.show:
-        if not args.out:
-            raise CaseError("--show needs --out FILE.png", path="--out")
         from .draw import derivation_dot, render
-        d = find(derived, args.show)
-        path = render(derivation_dot(g, d.derivation), args.out)
+        try:
+            d = find(derived, args.show)
+        except SuperoptError as e:
+            raise CaseError(e.message, path="--show") from None
+        try:
+            path = render(derivation_dot(g, d.derivation), args.out)
+        except OSError as e:
+            raise CaseError(f"cannot write {args.out!r}: {e.strerror or e}", path="--out") from None
+        except RuntimeError as e:  # graphviz missing: the .dot text was written instead
+            print(f"superopt: error: {e}", file=sys.stderr)
+            return EXIT_FAILURE
         print(f"wrote {path}")
         return 0
     if args.json:
@@ -118,9 +155,16 @@ def cmd_derive(args) -> int:
 
 
 def cmd_run(args) -> int:
+    g = _graph(args)  # bad input (2), then no CUDA (3), fail before the heavy imports
+    if not args.dry_run:
+        if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+            raise CaseError(f"{args.out!r} exists and is not a directory", path="--out")
+        import torch
+        if not torch.cuda.is_available():
+            raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run "
+                              "to derive and lower without one", path="device")
     from .lower import DTYPES
     from .search import lower_to_cuda_all, plan_candidates, tune
-    g = _graph(args)
     dtype = DTYPES[args.dtype]
     if args.dry_run:
         t0 = time.time()
@@ -139,12 +183,14 @@ def cmd_run(args) -> int:
         print(f"lowered {len(ok)}/{len(planned)} candidates to CUDA C in {time.time() - t0:.1f} s "
               "(dry run: no GPU used; timing needs CUDA)")
         return 0 if len(ok) == len(planned) else 1
-    import torch
-    if not torch.cuda.is_available():
-        raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run to "
-                          "derive and lower without one", path="device")
+    if args.out:
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CaseError(f"cannot create directory {args.out!r}: {e.strerror or e}",
+                            path="--out") from None
     record = tune(g, dtype=dtype, budget=args.budget, budget_s=args.time_budget,
-                  out_dir=args.out, progress=not args.no_progress,
+                  out_dir=args.out, progress=not args.no_progress, peers=not args.no_peers,
                   command="superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     from .report import print_table
     print_table(record)
@@ -153,17 +199,52 @@ def cmd_run(args) -> int:
     return 0 if "top1" in record else 1
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def _stdout_gone() -> int:
+    """The reader of stdout went away (``superopt derive X | head -1``): stop quietly.
+
+    Points fd 1 at /dev/null so that the interpreter's final flush cannot raise again
+    (Python's documented recipe for SIGPIPE), and exits 0: the output was not wanted.
+    """
     try:
-        return {"run": cmd_run, "derive": cmd_derive, "workloads": cmd_workloads}[args.cmd](args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_OK
+
+
+def exit_status(e: SuperoptError) -> int:
+    """The exit status of a typed error: 3 no CUDA, 2 the input's fault, else 1."""
+    if isinstance(e, NoCudaError):
+        return EXIT_NO_CUDA
+    return EXIT_USAGE if isinstance(e, CaseError) or e.kind in USAGE_KINDS else EXIT_FAILURE
+
+
+def main(argv=None) -> int:
+    """Run one command; returns the exit status (see the module docstring)."""
+    try:
+        args = build_parser().parse_args(argv)
+        status = {"run": cmd_run, "derive": cmd_derive, "workloads": cmd_workloads}[args.cmd](args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        return _stdout_gone()
     except NoCudaError as e:
         print(f"superopt: {e.message}", file=sys.stderr)
         return EXIT_NO_CUDA
     except SuperoptError as e:
         print(f"superopt: error: {e}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(e, (CaseError,)) or e.kind in (
-            "unknown_axis", "size_mismatch", "derivation") else 1
+        return exit_status(e)
+    except KeyboardInterrupt:
+        print("superopt: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - out of memory is one line; a bug keeps its traceback
+        typed = from_exception(e)
+        if not isinstance(typed, OutOfMemoryError):
+            raise
+        print(f"superopt: error: {typed}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -223,6 +223,13 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
         if 2 * cfg.block_n > 256:
             raise LoweringError(f"dual_mode 'concat' needs 2 * block_n <= 256 (one wgmma), "
                                 f"got block_n={cfg.block_n}")
+        if cfg.block_n < 128:
+            # Measured on an H200 (bench/results/2026-11-30-run3, -run4, -run6): every dual
+            # concat kernel with block_n = 64 was wrong or NaN (relerr ~1, at n = 256, 700,
+            # 1024, 2048), every one with block_n = 128 right; the two 64-wide halves of one
+            # 128-wide wgmma accumulator are split wrongly. "split" covers narrow tiles.
+            raise LoweringError(f"dual_mode 'concat' needs block_n >= 128 (narrower concat "
+                                f"tiles miscompute on sm_90), got {cfg.block_n}")
         if spec.b_layout == "kn" and cfg.block_n % 64:
             # The TMA box of each half must start on a 128-byte swizzle atom (64 fp16
             # columns); TileLang 0.1.15 fails "Composition shape divisibility" otherwise.
