@@ -198,7 +198,7 @@ PERSISTENT_CASES = [
     (GemmSpec(16, 4096, 4096, 128, "nk", name="p_batched"), None),
     (GemmSpec(2, 1000, 3000, 1000, "kn", dual=True, a_row_sumsq=True, row_inputs=("r",),
               epilogue="{acc} * T.rsqrt({ss} / 1000.0 + 1e-05) * {acc2} * {r}", name="p_all"),
-     GemmConfig(128, 64, 64, 3, 256, persistent=True)),
+     GemmConfig(128, 64, 64, 3, 256, persistent=True, dual_mode="split")),
 ]
 
 
@@ -281,8 +281,9 @@ def test_check_config_rejects(cfg, match):
 def test_check_config_rejects_dual_concat_shapes():
     with pytest.raises(LoweringError, match="2 \\* block_n"):
         check_config(SWIGLU, GemmConfig(64, 256, 64, 2, 128))
-    with pytest.raises(LoweringError, match="block_n % 64"):
-        check_config(SWIGLU, GemmConfig(128, 96, 64, 3, 256))
+    for narrow in (64, 96):  # measured wrong on the H200 (bench/results/2026-11-30-run6)
+        with pytest.raises(LoweringError, match="block_n >= 128"):
+            check_config(SWIGLU, GemmConfig(128, narrow, 64, 3, 256))
     check_config(SWIGLU, GemmConfig(128, 96, 64, 3, 256, dual_mode="split"))
 
 

@@ -230,11 +230,6 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             # 128-wide wgmma accumulator are split wrongly. "split" covers narrow tiles.
             raise LoweringError(f"dual_mode 'concat' needs block_n >= 128 (narrower concat "
                                 f"tiles miscompute on sm_90), got {cfg.block_n}")
-        if spec.b_layout == "kn" and cfg.block_n % 64:
-            # The TMA box of each half must start on a 128-byte swizzle atom (64 fp16
-            # columns); TileLang 0.1.15 fails "Composition shape divisibility" otherwise.
-            raise LoweringError(f"dual_mode 'concat' with b_layout 'kn' needs block_n % 64 "
-                                f"== 0, got {cfg.block_n}")
         if spec.b_layout == "nk" and cfg.block_k > 64:
             # Each half is then two 128-byte swizzle atoms wide along k; TileLang 0.1.15
             # cannot address such a half-tile with TMA ("SMEM layout is not a bijection").
