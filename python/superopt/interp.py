@@ -12,7 +12,10 @@ Edge tiles are the truncated tails when a size is not a multiple of the tile.
 
 Everything is float64 numpy, so a plan's output can be compared with
 :func:`superopt.semantics.evaluate` to ~1e-12: that is how every rule application and every
-derivation is checked (``tests/python/test_interp.py``).
+derivation is checked (``tests/python/test_interp.py``). The element operations go through
+an ops object (:class:`superopt.semantics._Ops`); with
+:class:`superopt.symbolic.SymbolicOps` the same code runs on numpy object arrays of sympy
+expressions, so that ``tests/python/test_symbolic.py`` can prove a plan equal to its graph.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ def _tiles(size: int, tile: int):
 class _KernelRun:
     """Executes one kernel of a plan over one grid tile."""
 
-    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray]) -> None:
-        self.plan, self.k, self.g = plan, k, plan.graph
+    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray], ops: _Ops) -> None:
+        self.plan, self.k, self.g, self.ops = plan, k, plan.graph, ops
         self.kern = plan.kernels[k]
         self.nodes = set(self.kern.nodes)
         self.glob = glob
@@ -59,9 +62,9 @@ class _KernelRun:
     def _slice_global(self, n: NodeId, region: Region) -> np.ndarray:
         node = self.g.nodes[n]
         if node.op == "size":
-            return np.float64(self.g.size(node.axis))
+            return self.ops.scalar(self.g.size(node.axis))
         if node.op in ("eps", "const"):
-            return np.float64(node.value)
+            return self.ops.scalar(node.value)
         arr = self.glob[n]
         idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
         return arr[idx]
@@ -78,10 +81,10 @@ class _KernelRun:
         if node.is_elementwise:
             args = [self.ev(a, region) for a in node.args]
             if len(args) == 1:
-                return apply_unary(node.op, args[0], _OPS)
+                return apply_unary(node.op, args[0], self.ops)
             ax = [g.nodes[a].axes for a in node.args]
             return apply_binary(node.op, align(args[0], ax[0], node.axes),
-                                align(args[1], ax[1], node.axes), _OPS)
+                                align(args[1], ax[1], node.axes), self.ops)
         if node.op == "reduce":
             if node.axis == self.r:
                 raise DerivationError(f"node {n} reads a streamed reduction before the loop ends",
@@ -97,8 +100,8 @@ class _KernelRun:
         if node.fn == "sum":
             return x.sum(axis=dim)
         if x.shape[dim] == 0:
-            return np.full([s for i, s in enumerate(x.shape) if i != dim], -math.inf)
-        return x.max(axis=dim)
+            return self.ops.full([s for i, s in enumerate(x.shape) if i != dim], -math.inf)
+        return self.ops.amax(x, dim)
 
     def _matmul(self, node, region: Region, tile):
         a, b = node.args
@@ -109,7 +112,7 @@ class _KernelRun:
             rb[node.axis_b] = tile
         g = self.g
         spec = einsum_spec(g.nodes[a].axes, g.nodes[b].axes, node.axis, node.axis_b, node.axes)
-        return np.einsum(spec, self.ev(a, ra), self.ev(b, rb))
+        return self.ops.einsum(spec, self.ev(a, ra), self.ev(b, rb))
 
     # -- the streamed loop ---------------------------------------------------------------
     def _depends_on(self, n: NodeId, target: NodeId) -> bool:
@@ -164,8 +167,8 @@ class _KernelRun:
             return self._slice_global(n, {})
         args = [self._eval_subtree(a, axes) for a in node.args]
         if len(args) == 1:
-            return apply_unary(node.op, args[0], _OPS)
-        return apply_binary(node.op, args[0], args[1], _OPS)
+            return apply_unary(node.op, args[0], self.ops)
+        return apply_binary(node.op, args[0], args[1], self.ops)
 
     def run_tile(self, region: Region, tile_size: Mapping[str, int]) -> None:
         g = self.g
@@ -195,7 +198,7 @@ class _KernelRun:
                         continue
                     if node.op == "reduce" and node.fn == "max":
                         old[acc] = self.acc_val[acc]
-                        self.acc_val[acc] = np.maximum(self.acc_val[acc], part)
+                        self.acc_val[acc] = self.ops.maximum(self.acc_val[acc], part)
                         continue
                     prev = self.acc_val[acc]
                     if self.kern.online:
@@ -210,7 +213,7 @@ class _KernelRun:
                     shape = [g.size(a) if a not in region else region[a][1] - region[a][0]
                              for a in node.axes]
                     fill = -math.inf if node.op == "reduce" and node.fn == "max" else 0.0
-                    self.acc_val[acc] = np.full(shape, fill)
+                    self.acc_val[acc] = self.ops.full(shape, fill)
         for out in self.plan.outputs(self.k):
             val = self.ev(out, region)
             node = g.nodes[out]
@@ -223,8 +226,10 @@ class _KernelRun:
 
 
 def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
-             tile: int | Mapping[str, int] = 3) -> np.ndarray:
+             tile: int | Mapping[str, int] = 3, *, ops: _Ops = _OPS) -> np.ndarray:
     """Execute ``plan`` on ``inputs`` (float64) with tiles of ``tile`` (per axis or for all).
+
+    ``ops`` are the element operations (default numpy float64; see the module docstring).
 
     Returns:
         The output, shaped ``plan.graph.output_shape``, float64.
@@ -239,12 +244,12 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
     glob: dict[NodeId, np.ndarray] = {}
     for i, n in enumerate(g.nodes):
         if n.op == "input":
-            glob[i] = np.asarray(inputs[n.name], dtype=np.float64)
+            glob[i] = ops.f64(inputs[n.name])
     written: dict[NodeId, np.ndarray] = {}
     for k, kern in enumerate(plan.kernels):
-        run = _KernelRun(plan, k, glob)
+        run = _KernelRun(plan, k, glob, ops)
         for out in plan.outputs(k):
-            glob[out] = np.full(g.shape(out), np.nan)
+            glob[out] = ops.full(g.shape(out), np.nan)
             written[out] = np.zeros(g.shape(out), dtype=bool)
         run.written = written
         grid = [a for a in plan.domain(k) if a in kern.grid]

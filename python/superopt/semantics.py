@@ -45,7 +45,11 @@ class _Ops:
             return x.to(self.t.float64)
         return np.asarray(x, dtype=np.float64)
 
-    def __getattr__(self, name):  # exp, sqrt, maximum, einsum ...
+    def amax(self, x, dim: int):
+        """The max of ``x`` over axis ``dim`` (non-empty)."""
+        return x.amax(dim) if self.torch else x.max(axis=dim)
+
+    def __getattr__(self, name):  # exp, sqrt, maximum, einsum, full ...
         return getattr(self.t if self.torch else np, name)
 
 
@@ -129,14 +133,15 @@ def eval_node(graph: Graph, node: Node, vals: list, ops: _Ops):
         if x.shape[dim] == 0:  # max over an empty axis is -inf (the identity of max)
             shape = [s for i, s in enumerate(x.shape) if i != dim]
             return ops.full(shape, -math.inf, dtype=x.dtype, **({"device": x.device} if ops.torch else {}))
-        return x.amax(dim) if ops.torch else x.max(axis=dim)
+        return ops.amax(x, dim)
     if op == "matmul":
         spec = einsum_spec(arg_axes[0], arg_axes[1], node.axis, node.axis_b, node.axes)
         return ops.einsum(spec, args[0], args[1])
     raise ValueError(f"cannot evaluate op {op!r}")
 
 
-def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False):
+def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False,
+             ops: _Ops | None = None):
     """Evaluate ``graph`` in float64.
 
     Args:
@@ -144,6 +149,9 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
         inputs: input name → array of the input's shape (any float dtype; numpy or torch,
             not mixed). Cast to float64 first.
         all_nodes: return the list of every node's value instead of the output.
+        ops: the array operations to evaluate with; default: numpy or torch float64, from
+            the inputs' type. :class:`superopt.symbolic.SymbolicOps` evaluates numpy object
+            arrays of sympy expressions instead (the solver checks of the rules).
 
     Returns:
         The output as float64 numpy array / torch tensor, shaped ``graph.output_shape``
@@ -152,8 +160,9 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
     Raises:
         SchemaError: an input missing, or of the wrong shape, naming it.
     """
-    first = next(iter(inputs.values()), None)
-    ops = _Ops(_is_torch(first), first)
+    if ops is None:
+        first = next(iter(inputs.values()), None)
+        ops = _Ops(_is_torch(first), first)
     vals: list = [None] * len(graph.nodes)
     live = graph.live_nodes() if not all_nodes else set(range(len(graph.nodes)))
     for i, node in enumerate(graph.nodes):
