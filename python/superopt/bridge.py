@@ -53,8 +53,9 @@ def handle(request: bytes) -> bytes:
     try:
         try:
             return wire.encode(_dispatch(wire.parse_request(wire.decode(request))))
-        except Exception as e:  # SuperoptError keeps its kind; anything else is internal
-            return wire.encode_error(e)
+        except Exception as e:  # SuperoptError keeps its kind; OOM becomes `kernel`;
+            from .errors import from_exception  # anything else is internal
+            return wire.encode_error(from_exception(e))
     except Exception:
         return _FALLBACK
 

@@ -38,9 +38,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"superopt: error: {message}\n")
 
 
+def _int(text: str) -> int:
+    """ASCII decimal only (``int()`` also takes ``1_000`` and non-ASCII digits)."""
+    digits = text.strip()
+    digits = digits[1:] if digits[:1] in "+-" else digits
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
+        raise ValueError(text)
+    return int(text)
+
+
 def _budget(text: str) -> int:
     try:
-        n = int(text)
+        n = _int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     if n < 1:
@@ -50,7 +59,7 @@ def _budget(text: str) -> int:
 
 def _depth(text: str) -> int:
     try:
-        n = int(text)
+        n = _int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
     if n < 0:

@@ -22,8 +22,23 @@ response (``docs/wire.md``), and a ``path`` saying where the problem is: a node 
     ├── DerivationError       a step whose rule or site does not apply
     ├── LoweringError         a plan/config the lowering cannot express
     ├── CaseError             a bad ``--case`` / size binding (CLI exit status 2)
-    ├── NoCudaError           timing asked for on a machine without CUDA
+    ├── NoCudaError           timing asked for on a machine without CUDA (CLI exit status 3)
     └── KernelError           a candidate that failed to compile, launch or finish
+        ├── CompileError          TileLang/nvcc failed (status ``compile_error``)
+        ├── LaunchError           the launch raised: a launch-time argument check, a CUDA
+        │   │                     error such as an illegal address (status ``launch_error``)
+        │   └── OutOfMemoryError      an allocation failed (torch OOM, ``MemoryError``)
+        ├── CrashError            the worker process died (segfault, abort; status ``crash``)
+        ├── KernelTimeout         no result within the time limit (status ``timeout``)
+        ├── NonFiniteError        NaN/Inf in the output (status ``nan``)
+        └── WrongResultError      relative error above the tolerance (status ``wrong``)
+
+Candidates' failures are *recorded*, not raised: the runner stores the status string on the
+candidate (``CandidateResult.status``, the ``status`` field of a wire ``results``
+candidate) and the search goes on; :func:`kernel_error` turns a recorded status back into
+its class. Every :class:`KernelError` subclass travels on the wire as kind ``kernel`` (the
+v1 contract, ``docs/wire.md`` section 5) and carries its ``status``. The full table, with
+the CLI exit statuses and the numeric conventions: ``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -116,4 +131,71 @@ class NoCudaError(SuperoptError):
 
 
 class KernelError(SuperoptError):
+    """A candidate kernel that failed. ``status`` is the runner's status string for it
+    (``superopt.runner.STATUSES``); ``path`` names the candidate (its id)."""
+
     kind = "kernel"
+    status = "launch_error"
+
+
+class CompileError(KernelError):
+    status = "compile_error"
+
+
+class LaunchError(KernelError):
+    status = "launch_error"
+
+
+class OutOfMemoryError(LaunchError):
+    status = "launch_error"
+
+
+class CrashError(KernelError):
+    status = "crash"
+
+
+class KernelTimeout(KernelError):
+    status = "timeout"
+
+
+class NonFiniteError(KernelError):
+    status = "nan"
+
+
+class WrongResultError(KernelError):
+    status = "wrong"
+
+
+#: The class of each failed candidate status (``ok`` and ``skipped`` are not failures).
+KERNEL_ERRORS: dict[str, type[KernelError]] = {
+    c.status: c for c in (CompileError, LaunchError, CrashError, KernelTimeout,
+                          NonFiniteError, WrongResultError)
+}
+
+
+def kernel_error(status: str, message: str, *, path: str = "") -> KernelError:
+    """The typed error of a recorded candidate failure (``path``: the candidate id).
+
+    An out-of-memory launch (``OutOfMemoryError`` or ``out of memory`` in the message) is
+    an :class:`OutOfMemoryError`. Raises ``ValueError`` for ``ok``/``skipped``/unknown.
+    """
+    cls = KERNEL_ERRORS.get(status)
+    if cls is None:
+        raise ValueError(f"{status!r} is not a failed candidate status; failures are "
+                         f"{', '.join(KERNEL_ERRORS)}")
+    text = message or status
+    if cls is LaunchError and ("OutOfMemoryError" in text or "out of memory" in text.lower()):
+        cls = OutOfMemoryError
+    return cls(text, path=path)
+
+
+def from_exception(e: BaseException, *, path: str = "") -> SuperoptError:
+    """``e`` as a :class:`SuperoptError`: itself if it is one; :class:`OutOfMemoryError`
+    for ``MemoryError`` and torch's ``OutOfMemoryError``; else a plain ``SuperoptError``
+    (wire kind ``internal``) with the exception's type and text."""
+    if isinstance(e, SuperoptError):
+        return e
+    text = f"{type(e).__name__}: {e}".strip().rstrip(":")
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return OutOfMemoryError(f"out of memory ({text})", path=path)
+    return SuperoptError(text, path=path)

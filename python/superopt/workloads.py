@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from .dag import Graph
+from .dag import MAX_SIZE, Graph
 from .dsl import DagBuilder, build_graph_with_output, rms_norm_subdag, softmax_subdag
 from .errors import CaseError
 
@@ -106,7 +106,8 @@ class Workload:
         """The graph at the reference case with ``sizes`` overriding some axes.
 
         Raises:
-            CaseError: an axis this workload lacks, or a size that is not an int ≥ 1.
+            CaseError: an axis this workload lacks, or a size that is not an int in
+                [1, 2^31). (A :class:`Graph` built directly may have size-0 axes.)
         """
         for axis, value in sizes.items():
             if axis not in self.reference_case:
@@ -114,6 +115,9 @@ class Workload:
                                 f"{', '.join(self.reference_case)}", path="--case")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise CaseError(f"axis {axis!r} must be a positive integer, got {value!r}",
+                                path="--case")
+            if value >= MAX_SIZE:
+                raise CaseError(f"axis {axis!r} is {value}; sizes must be < 2^31",
                                 path="--case")
         return self.build(**{**self.reference_case, **sizes})
 
@@ -131,7 +135,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload("attention", attention_graph,
                  {"h": 16, "t_q": 4096, "t_kv": 4096, "d_h": 128},
                  lambda s: 4 * s["h"] * s["t_q"] * s["t_kv"] * s["d_h"],
-                 lambda s: {"Q": s["d_h"] ** -0.25, "K": s["d_h"] ** -0.25, "V": 1.0}),
+                 lambda s: {"Q": max(s["d_h"], 1) ** -0.25, "K": max(s["d_h"], 1) ** -0.25,
+                            "V": 1.0}),
         Workload("swiglu", swiglu_graph, {"m": 1024, "n": 2048, "d": 2048},
                  lambda s: 4 * s["m"] * s["n"] * s["d"], _gemm_scales(("W_gate", "W_up"))),
         Workload("matmul", matmul_graph, {"m": 1024, "d": 4096, "n": 4096},
@@ -157,7 +162,8 @@ def parse_case(text: str | None) -> dict[str, int]:
     """Parse ``"m=256,n=512"`` into ``{"m": 256, "n": 512}``.
 
     Raises:
-        CaseError: malformed entries, repeated axes, or sizes that are not integers ≥ 1.
+        CaseError: malformed entries, repeated axes, or sizes that are not integers in
+            [1, 2^31) written in ASCII decimal digits (``1_000``, ``+4``, ``1e3`` are refused).
     """
     out: dict[str, int] = {}
     if text is None or not text.strip():
@@ -170,11 +176,20 @@ def parse_case(text: str | None) -> dict[str, int]:
                             path="--case")
         if key in out:
             raise CaseError(f"axis {key!r} given twice", path="--case")
-        try:
-            size = int(value, 10)
-        except ValueError:
-            raise CaseError(f"size of {key!r} is {value!r}, not an integer", path="--case") from None
+        if not value:
+            raise CaseError(f"axis {key!r} has no size; expected {key}=SIZE, e.g. {key}=256",
+                            path="--case")
+        digits = value[1:] if value.startswith("-") else value
+        if not (digits.isascii() and digits.isdigit()):
+            raise CaseError(f"size of {key!r} is {value!r}, not an integer", path="--case")
+        if len(digits.lstrip("0")) > 10:  # far beyond 2^31; int() of 5000 digits refuses
+            bound = "must be >= 1" if value.startswith("-") else "must be < 2^31"
+            raise CaseError(f"size of {key!r} has {len(digits)} digits; sizes {bound}",
+                            path="--case")
+        size = int(value, 10)
         if size < 1:
             raise CaseError(f"size of {key!r} is {size}; sizes must be >= 1", path="--case")
+        if size >= MAX_SIZE:
+            raise CaseError(f"size of {key!r} is {size}; sizes must be < 2^31", path="--case")
         out[key] = size
     return out

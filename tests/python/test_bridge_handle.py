@@ -340,12 +340,21 @@ def test_backend_errors_keep_their_kind(monkeypatch):
 
 
 @pytest.mark.parametrize("exc", [ValueError("boom"), KeyError("k"), RecursionError(),
-                                 MemoryError(), ZeroDivisionError(), AssertionError()])
+                                 ZeroDivisionError(), AssertionError()])
 def test_backend_crash_gives_internal(monkeypatch, exc):
     def derive_all(graph, max_depth):
         raise exc
     fake_module(monkeypatch, "superopt.derive", derive_all=derive_all)
     assert err(derive_req()) == ("internal", "")
+
+
+def test_backend_out_of_memory_is_a_kernel_error(monkeypatch):
+    def derive_all(graph, max_depth):
+        raise MemoryError()
+    fake_module(monkeypatch, "superopt.derive", derive_all=derive_all)
+    assert err(derive_req()) == ("kernel", "")
+    resp = call(derive_req())
+    assert resp["error"]["message"].startswith("out of memory")
 
 
 @pytest.mark.parametrize("ret", [None, [1], ["d0"], [Derivation("w", "i", (Step("", ()),))]])

@@ -1,0 +1,316 @@
+"""The command line as users run it: ``python3 -m superopt.cli ...`` in a subprocess.
+
+Bad input exits 2 with exactly one line on stderr naming the problem; timing without CUDA
+exits 3; nothing prints a traceback, not even when the reader of stdout goes away
+(``| head -1``). The table of statuses and messages is ``docs/errors.md`` section 5.
+
+The command lines run in parallel once per session (a fixture); each test checks some.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "superopt.cli"]
+KNOWN = "attention, swiglu, matmul, rmsnorm, rmsnorm_mlp"
+SMALL = "m=8,d=8,n=8"
+
+
+def _env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + (
+        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["SUPEROPT_CACHE"] = env.get("SUPEROPT_CACHE") or str(Path.home() / ".cache" / "superopt")
+    env.update(extra)
+    return env
+
+
+NO_CUDA = {"CUDA_VISIBLE_DEVICES": ""}
+
+#: name → (arguments, extra environment)
+RUNS: dict[str, tuple[list[str], dict]] = {
+    "workloads": (["workloads"], {}),
+    "no_args": ([], {}),
+    "bad_command": (["frobnicate"], {}),
+    "unknown_workload_derive": (["derive", "conv"], {}),
+    "unknown_workload_run": (["run", "conv", "--dry-run"], {}),
+    "missing_workload": (["derive"], {}),
+    "budget_zero": (["run", "matmul", "--budget", "0"], {}),
+    "budget_negative": (["run", "matmul", "--budget", "-2"], {}),
+    "budget_text": (["run", "matmul", "--budget", "lots"], {}),
+    "budget_float": (["run", "matmul", "--budget", "1.5"], {}),
+    "budget_underscore": (["run", "matmul", "--budget", "1_0"], {}),
+    "time_budget_zero": (["run", "matmul", "--time-budget", "0"], {}),
+    "time_budget_inf": (["run", "matmul", "--time-budget", "inf"], {}),
+    "time_budget_nan": (["run", "matmul", "--time-budget", "nan"], {}),
+    "dtype_fp32": (["run", "matmul", "--dtype", "fp32"], {}),
+    "max_depth_negative": (["derive", "matmul", "--max-depth", "-1"], {}),
+    "max_depth_zero": (["derive", "matmul", "--case", SMALL, "--max-depth", "0"], {}),
+    "run_no_cuda": (["run", "matmul", "--case", SMALL], NO_CUDA),
+    "show_without_out": (["derive", "matmul", "--show", "d0"], {}),
+    "out_without_show": (["derive", "matmul", "--out", "x.png"], {}),
+    "show_bad_suffix": (["derive", "matmul", "--show", "d0", "--out", "x.jpeg"], {}),
+    "show_unknown_id": (["derive", "matmul", "--case", SMALL, "--show", "d9",
+                         "--out", "x.dot"], {}),
+    "json_attention": (["derive", "attention", "--json"], {}),
+    "json_small": (["derive", "rmsnorm", "--case", SMALL, "--json"], {}),
+    "text_attention": (["derive", "attention"], {}),
+}
+
+#: --case text → the exact stderr line (status 2), for ``derive matmul`` and ``run matmul``
+CASE_ERRORS = {
+    "m=": "superopt: error: --case: axis 'm' has no size; expected m=SIZE, e.g. m=256",
+    "m=abc": "superopt: error: --case: size of 'm' is 'abc', not an integer",
+    "m=1.5": "superopt: error: --case: size of 'm' is '1.5', not an integer",
+    "m=0": "superopt: error: --case: size of 'm' is 0; sizes must be >= 1",
+    "m=-3": "superopt: error: --case: size of 'm' is -3; sizes must be >= 1",
+    "m=4294967296": "superopt: error: --case: size of 'm' is 4294967296; sizes must be < 2^31",
+    "q=4": "superopt: error: --case: workload 'matmul' has no axis 'q'; its axes are m, d, n",
+    "m=2,m=3": "superopt: error: --case: axis 'm' given twice",
+    "m": "superopt: error: --case: malformed case entry 'm'; expected axis=size, e.g. m=256",
+    "m=2,,n=3": "superopt: error: --case: malformed case entry ''; expected axis=size, e.g. m=256",
+}
+#: of which ``run`` is also tried with these (the same parser; run checks them before CUDA)
+RUN_CASES = ("m=abc", "m=0", "q=4")
+for _i, _text in enumerate(CASE_ERRORS):
+    RUNS[f"case_derive_{_i}"] = (["derive", "matmul", "--case", _text], {})
+    if _text in RUN_CASES:
+        RUNS[f"case_run_{_i}"] = (["run", "matmul", "--case", _text], NO_CUDA)
+
+
+def _run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + args, capture_output=True, text=True, env=_env(**env),
+                          cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    cwd = tmp_path_factory.mktemp("cli")
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+        futs = {name: pool.submit(_run, args, env, cwd) for name, (args, env) in RUNS.items()}
+        return {name: f.result() for name, f in futs.items()}
+
+
+def _one_line(p: subprocess.CompletedProcess, status: int) -> str:
+    """The process exited ``status`` with exactly one line on stderr (returned)."""
+    assert p.returncode == status, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+# -- usage errors: status 2, one line -------------------------------------------------------
+
+def test_unknown_workload(ran):
+    want = f"superopt: error: workload: unknown workload 'conv'; known: {KNOWN}"
+    assert _one_line(ran["unknown_workload_derive"], 2) == want
+    assert _one_line(ran["unknown_workload_run"], 2) == want
+    assert ran["unknown_workload_derive"].stdout == ""
+
+
+@pytest.mark.parametrize("index", range(len(CASE_ERRORS)),
+                         ids=[t or "empty" for t in CASE_ERRORS])
+def test_malformed_case(ran, index):
+    text = list(CASE_ERRORS)[index]
+    want = CASE_ERRORS[text]
+    assert _one_line(ran[f"case_derive_{index}"], 2) == want
+    if text in RUN_CASES:  # run checks the case before it looks for a GPU: 2, not 3
+        assert _one_line(ran[f"case_run_{index}"], 2) == want
+
+
+def test_bad_budget(ran):
+    assert _one_line(ran["budget_zero"], 2) == \
+        "superopt: error: argument --budget: must be >= 1, got 0"
+    assert _one_line(ran["budget_negative"], 2) == \
+        "superopt: error: argument --budget: must be >= 1, got -2"
+    assert _one_line(ran["budget_text"], 2) == \
+        "superopt: error: argument --budget: must be a positive integer, got 'lots'"
+    assert _one_line(ran["budget_float"], 2) == \
+        "superopt: error: argument --budget: must be a positive integer, got '1.5'"
+    assert _one_line(ran["budget_underscore"], 2) == \
+        "superopt: error: argument --budget: must be a positive integer, got '1_0'"
+
+
+def test_bad_time_budget_and_depth(ran):
+    for name, text in (("time_budget_zero", "'0'"), ("time_budget_inf", "'inf'"),
+                       ("time_budget_nan", "'nan'")):
+        assert _one_line(ran[name], 2) == \
+            f"superopt: error: argument --time-budget: must be finite and > 0, got {text}"
+    assert _one_line(ran["max_depth_negative"], 2) == \
+        "superopt: error: argument --max-depth: must be >= 0, got -1"
+    p = ran["max_depth_zero"]
+    assert p.returncode == 0 and p.stdout.startswith("1 derivations of matmul"), p.stderr
+
+
+def test_dtype_fp32(ran):
+    line = _one_line(ran["dtype_fp32"], 2)
+    # Python 3.12.8+ prints the choices without quotes; the rest is fixed
+    assert re.fullmatch(r"superopt: error: argument --dtype: invalid choice: 'fp32' "
+                        r"\(choose from '?fp16'?, '?bf16'?\)", line), line
+
+
+def test_argparse_usage_errors_are_one_line(ran):
+    assert _one_line(ran["no_args"], 2) == \
+        "superopt: error: the following arguments are required: cmd"
+    assert _one_line(ran["missing_workload"], 2) == \
+        "superopt: error: the following arguments are required: workload"
+    assert _one_line(ran["bad_command"], 2).startswith(
+        "superopt: error: argument cmd: invalid choice: 'frobnicate'")
+
+
+def test_show_and_out(ran):
+    assert _one_line(ran["show_without_out"], 2) == \
+        "superopt: error: --out: --show needs --out FILE.png"
+    assert _one_line(ran["out_without_show"], 2) == \
+        "superopt: error: --out: --out is the picture of --show ID; give --show too"
+    assert _one_line(ran["show_bad_suffix"], 2) == \
+        "superopt: error: --out: cannot tell the picture format of 'x.jpeg'; use one of " \
+        ".png, .svg, .pdf, .dot"
+    assert _one_line(ran["show_unknown_id"], 2) == \
+        "superopt: error: --show: no derivation 'd9'; there are 1 (d0..d0)"
+
+
+def test_show_writes_a_dot_file(tmp_path):
+    out = tmp_path / "pics" / "d0.dot"
+    p = _run(["derive", "matmul", "--case", SMALL, "--show", "d0", "--out", str(out)], {},
+             tmp_path)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert p.stdout == f"wrote {out}\n"
+    assert out.read_text().lstrip().startswith(("digraph", "strict digraph"))
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    p = _run(["derive", "matmul", "--case", SMALL, "--show", "d0", "--out",
+              str(blocker / "x.dot")], {}, tmp_path)
+    assert _one_line(p, 2).startswith(f"superopt: error: --out: cannot write '{blocker}/x.dot'")
+
+
+# -- no CUDA: status 3 ------------------------------------------------------------------------
+
+def test_run_without_cuda(ran):
+    assert _one_line(ran["run_no_cuda"], 3) == (
+        "superopt: timing needs a CUDA GPU and torch sees none here; use --dry-run to derive "
+        "and lower without one")
+    assert ran["run_no_cuda"].stdout == ""
+
+
+def test_run_without_cuda_creates_no_output_directory(tmp_path):
+    out = tmp_path / "record"
+    p = _run(["run", "matmul", "--case", SMALL, "--out", str(out)], NO_CUDA, tmp_path)
+    assert p.returncode == 3 and not out.exists()
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    p = _run(["run", "matmul", "--case", SMALL, "--out", str(f)], NO_CUDA, tmp_path)
+    assert _one_line(p, 2) == f"superopt: error: --out: '{f}' exists and is not a directory"
+
+
+# -- output ------------------------------------------------------------------------------------
+
+def test_workloads(ran):
+    p = ran["workloads"]
+    assert p.returncode == 0 and p.stderr == ""
+    assert [ln.split()[0] for ln in p.stdout.splitlines()] == KNOWN.split(", ")
+
+
+def _check_json(p: subprocess.CompletedProcess, workload: str) -> dict:
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc) == {"workload", "case", "derivations"} and doc["workload"] == workload
+    ids = [d["id"] for d in doc["derivations"]]
+    assert ids and len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"d\d+", i) for i in ids)
+    assert [int(i[1:]) for i in ids] == sorted(int(i[1:]) for i in ids)
+    for d in doc["derivations"]:
+        assert set(d) == {"id", "kernels", "steps"} and d["kernels"] >= 1
+        assert d["steps"], d["id"]  # completion steps at least (tile_parallel, ...)
+        for s in d["steps"]:
+            assert set(s) == {"rule", "site", "params"}
+            assert isinstance(s["rule"], str) and isinstance(s["site"], list)
+    return doc
+
+
+def test_derive_json(ran):
+    doc = _check_json(ran["json_attention"], "attention")
+    assert doc["case"] == {"h": 16, "t_q": 4096, "t_kv": 4096, "d_h": 128}
+    rules = {s["rule"] for d in doc["derivations"] for s in d["steps"]}
+    assert {"online_softmax", "tile_parallel", "stream_reduction"} <= rules
+    # the same derivations, in the same order, as the text listing
+    text_ids = [ln.split()[0] for ln in ran["text_attention"].stdout.splitlines()[1:]]
+    assert text_ids == [d["id"] for d in doc["derivations"]]
+    small = _check_json(ran["json_small"], "rmsnorm")
+    assert small["case"] == {"m": 8, "n": 8, "d": 8}
+
+
+# -- the reader goes away: no traceback --------------------------------------------------------
+
+def test_head_does_not_traceback(tmp_path):
+    """``superopt derive rmsnorm_mlp | head -1``: 80 kB of output, more than a pipe holds, so
+    the writes after head exits fail with EPIPE."""
+    script = ('"$0" -m superopt.cli derive rmsnorm_mlp | head -1; '
+              'echo "status=${PIPESTATUS[0]}" >&2')
+    p = subprocess.run(["bash", "-c", script, sys.executable], capture_output=True, text=True,
+                       env=_env(), cwd=tmp_path, timeout=300)
+    assert p.stdout.startswith("334 derivations of rmsnorm_mlp") and p.stdout.count("\n") == 1
+    assert p.stderr == "status=0\n", p.stderr
+
+
+@pytest.mark.parametrize("args", [["derive", "attention"], ["derive", "matmul", "--json"],
+                                  ["workloads"], ["derive", "--help"]])
+def test_closed_stdout_is_quiet(args, tmp_path):
+    """stdout already closed before the first write (deterministic EPIPE)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run(CLI + args, stdout=w, stderr=subprocess.PIPE, text=True, env=_env(),
+                           cwd=tmp_path, timeout=300)
+    finally:
+        os.close(w)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+
+
+# -- in process: the status of each kind of failure --------------------------------------------
+
+def test_exit_status_of_each_kind():
+    from superopt import cli, errors
+
+    assert cli.exit_status(errors.CaseError("x")) == 2
+    for cls in (errors.UnknownAxisError, errors.SizeMismatchError, errors.ContractionError,
+                errors.CycleError, errors.GraphError):
+        assert cli.exit_status(cls("x")) == 2, cls
+    assert cli.exit_status(errors.NoCudaError("x")) == 3
+    for cls in (errors.LoweringError, errors.DerivationError, errors.KernelError,
+                errors.OutOfMemoryError, errors.SchemaError):
+        assert cli.exit_status(cls("x")) == 1, cls
+
+
+@pytest.mark.parametrize("exc,status,line", [
+    (MemoryError(), 1, "superopt: error: out of memory (MemoryError)"),
+    (KeyboardInterrupt(), 130, "superopt: interrupted"),
+    (None, 1, "superopt: error: kernels[0]: no family"),
+])
+def test_main_failures_are_one_line(monkeypatch, capsys, exc, status, line):
+    from superopt import cli, errors
+
+    def boom(args):
+        raise exc if exc is not None else errors.LoweringError("no family", path="kernels[0]")
+    monkeypatch.setattr(cli, "cmd_workloads", boom)
+    assert cli.main(["workloads"]) == status
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_main_keeps_the_traceback_of_a_bug(monkeypatch):
+    from superopt import cli
+
+    monkeypatch.setattr(cli, "cmd_workloads", lambda args: {}["missing"])
+    with pytest.raises(KeyError):
+        cli.main(["workloads"])
