@@ -430,7 +430,7 @@ FUZZ = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
-def _assert_answer(data):
+def assert_answer(data):
     assert all(sys.modules.get(name, 0) is None for name in BACKENDS)
     out = bridge.handle(data)
     assert isinstance(out, bytes)
@@ -444,19 +444,19 @@ def _assert_answer(data):
 @FUZZ
 @given(st.binary(max_size=300))
 def test_fuzz_random_bytes(no_backends, data):
-    _assert_answer(data)
+    assert_answer(data)
 
 
 @FUZZ
 @given(STRUCTS)
 def test_fuzz_random_structures(no_backends, obj):
-    _assert_answer(wire.encode(obj))
+    assert_answer(wire.encode(obj))
 
 
 @FUZZ
 @given(REQUESTS)
 def test_fuzz_request_shaped_maps(no_backends, obj):
-    _assert_answer(wire.encode(obj))
+    assert_answer(wire.encode(obj))
 
 
 GOLDEN_REQUESTS = [wire.encode(derive_req()), wire.encode(lower_req()), wire.encode(tune_req())] + \
@@ -477,4 +477,4 @@ def test_fuzz_mutated_requests(no_backends, data, edits):
             del b[pos]
         else:
             b.insert(pos, byte)
-    _assert_answer(bytes(b))
+    assert_answer(bytes(b))

@@ -50,7 +50,7 @@ def _lower(tmp_path: Path, spec: AttentionSpec, cfg: AttentionConfig, tag: str, 
     return text, tl.lower_to_cuda(prim, device_compile=device_compile)
 
 
-def _check_ws_cuda(cu: str, cfg: AttentionConfig, spec: AttentionSpec = REF) -> None:
+def check_ws_cuda(cu: str, cfg: AttentionConfig, spec: AttentionSpec = REF) -> None:
     nwg = cfg.block_m // 64
     assert f"__launch_bounds__({cfg.threads}" in cu
     assert "wgmma_ss<" in cu and "wgmma_rs<" in cu, "QK^T from shared memory, PV with P in registers"
@@ -147,7 +147,7 @@ def test_lower_reference_config_space(tmp_path, cfg):
     text, cu = _lower(tmp_path, REF, cfg, cfg.label())
     assert "exp2f(" in cu and "expf(" not in cu.replace("exp2f(", "")
     if cfg.schedule == "ws":
-        _check_ws_cuda(cu, cfg)
+        check_ws_cuda(cu, cfg)
     else:
         # TileLang's automatic producer/consumer split: a TMA producer warpgroup is added.
         assert f"__launch_bounds__({cfg.threads + 128}" in cu
@@ -173,7 +173,7 @@ def test_lower_edge_cases(tmp_path, name):
         if not spec.use_exp2:
             assert "exp2f(" not in cu
         if cfg.schedule == "ws":
-            _check_ws_cuda(cu, cfg, spec)
+            check_ws_cuda(cu, cfg, spec)
         if spec.dtype == "bfloat16":
             assert "bfloat16_t" in cu and "kBFloat16" in cu
         if spec.tkv % cfg.block_n:
@@ -197,4 +197,4 @@ def test_device_compile_reference_best(tmp_path):
     """The best reference configuration compiles to a cubin with the local nvcc."""
     cfg = attention_config_space(REF)[0]
     _, cu = _lower(tmp_path, REF, cfg, "dc_" + cfg.label(), device_compile=True)
-    _check_ws_cuda(cu, cfg)
+    check_ws_cuda(cu, cfg)

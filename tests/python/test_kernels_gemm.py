@@ -378,12 +378,14 @@ def test_elementwise_lowers_with_bounds(tmp_path, spec):
 @pytest.mark.slow
 def test_row_kernels_device_compile(tmp_path):
     spec = ROW_CASES[1]
-    lower(tmp_path, rowreduce_source(spec, row_config_space(spec.rows, spec.cols)[0]),
-          spec.name, device_compile=True)
+    cuda, _ = lower(tmp_path, rowreduce_source(spec, row_config_space(spec.rows, spec.cols)[0]),
+                    spec.name, device_compile=True)
+    assert "__global__" in cuda
     spec = ELT_CASES[0]
-    lower(tmp_path, elementwise_source(spec, row_config_space(spec.rows, spec.cols,
-                                                              kind="elementwise")[0]),
-          spec.name, device_compile=True)
+    cuda, _ = lower(tmp_path, elementwise_source(spec, row_config_space(spec.rows, spec.cols,
+                                                                        kind="elementwise")[0]),
+                    spec.name, device_compile=True)
+    assert "__global__" in cuda
 
 
 def test_row_config_space():

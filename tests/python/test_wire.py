@@ -750,7 +750,7 @@ def test_decode_rejects_non_bytes_and_oversize():
     assert wire.decode(memoryview(b"\x90")) == []
 
 
-def _decode_graph(data: bytes) -> None:
+def check_decode_graph(data: bytes) -> None:
     try:
         wire.graph_from_wire(wire.decode(data))
     except SuperoptError as e:
@@ -760,7 +760,7 @@ def _decode_graph(data: bytes) -> None:
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=200))
 def test_fuzz_random_bytes_only_superopt_errors(data):
-    _decode_graph(data)
+    check_decode_graph(data)
 
 
 GRAPH_FILES = [FILES[f"{w}.graph.msgpack"] for w in FIVE] + [FILES["small_matmul.graph.msgpack"]]
@@ -780,7 +780,7 @@ def test_fuzz_mutated_golden_only_superopt_errors(data, edits):
             del b[pos]
         else:
             b.insert(pos, byte)
-    _decode_graph(bytes(b))
+    check_decode_graph(bytes(b))
 
 
 @settings(max_examples=300, deadline=None)
