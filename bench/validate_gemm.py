@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "python"))
 from superopt.errors import LoweringError  # noqa: E402
 from superopt.kernels.gemm import (GemmConfig, GemmSpec, check_config,  # noqa: E402
                                    gemm_config_space, gemm_source)
-from superopt.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,  # noqa: E402
+from superopt.kernels.rowwise import (ElementwiseSpec, RowReduceSpec,  # noqa: E402
                                       elementwise_source, row_config_space, rowreduce_source)
 
 HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"

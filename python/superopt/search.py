@@ -173,7 +173,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         NoCudaError: no CUDA GPU (before anything is compiled).
     """
     from .peers import flops as workload_flops, min_bytes
-    from .runner import Candidate, Runner, environment_record, run_candidates
+    from .runner import Candidate, Runner, run_candidates
     from .timing import floor_us
 
     import torch

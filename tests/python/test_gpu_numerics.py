@@ -25,13 +25,11 @@ Tolerances (``u`` = unit roundoff of the dtype: fp16 2^-11, bf16 2^-8), elementw
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import textwrap
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
