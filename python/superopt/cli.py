@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--show", metavar="ID", help="draw derivation ID (needs --out FILE.png)")
     d.add_argument("--out", metavar="FILE", help="picture file (.png, .svg, .pdf or .dot)")
     d.add_argument("--max-depth", type=_depth, default=None,
-                   help="rule steps to search (default: superopt.derive.DEFAULT_MAX_DEPTH)")
+                   help="rule steps to search (default 12)")
     sub.add_parser("workloads", help="list the workloads and their reference cases")
     return p
 
@@ -153,7 +153,8 @@ def cmd_derive(args) -> int:
         print(json.dumps(doc, indent=1))
         return 0
     from .lower import match_kernel
-    print(f"{len(derived)} derivations of {g.name} {g.sizes}")
+    print(f"{len(derived)} derivation{'s' if len(derived) != 1 else ''} of {g.name} {g.sizes} "
+          "(tile_parallel / stream_reduction completion steps not shown; --json lists all)")
     for d in derived:
         fams = [match_kernel(d.plan, k).family for k in range(len(d.plan.kernels))]
         steps = [f"{s.rule}{list(s.site)}" for s in d.derivation.steps
@@ -187,8 +188,12 @@ def cmd_run(args) -> int:
             steps = [s.rule for s in c.derived.derivation.steps
                      if s.rule not in ("tile_parallel", "stream_reduction")]
             status = "lowered" if errors.get(c.id) is None else f"FAILED: {errors[c.id]}"
+            cfg = " ".join(f"{k}={v}" for k, v in c.config.items() if k.split(".")[-1] in
+                           ("block_m", "block_n", "block_k", "stages", "threads", "schedule"))
             print(f"  {c.id:>4} {c.derived.derivation.id:>5} est {c.estimate_us:8.1f} µs  "
-                  f"{' → '.join(steps) or '(literal)'}  {status}")
+                  f"{' → '.join(steps) or '(literal)'}  [{cfg}]  {status}")
+        from .lower import cache_dir
+        print(f"modules: {cache_dir()}")
         print(f"lowered {len(ok)}/{len(planned)} candidates to CUDA C in {time.time() - t0:.1f} s "
               "(dry run: no GPU used; timing needs CUDA)")
         return 0 if len(ok) == len(planned) else 1

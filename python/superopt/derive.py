@@ -130,5 +130,7 @@ def find(derived: list[Derived], derivation_id: str) -> Derived:
     for d in derived:
         if d.derivation.id == derivation_id:
             return d
-    raise DerivationError(f"no derivation {derivation_id!r}; there are "
-                          f"{len(derived)} (d0..d{len(derived) - 1})", path="id")
+    ids = [d.derivation.id for d in derived]
+    shown = ", ".join(ids[:8]) + (f", ... {ids[-1]}" if len(ids) > 8 else "")
+    raise DerivationError(f"no derivation {derivation_id!r}; the {len(ids)} lowerable ones are "
+                          f"{shown} (`superopt derive` lists them)", path="id")

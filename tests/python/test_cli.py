@@ -149,7 +149,7 @@ def test_bad_time_budget_and_depth(ran):
     assert _one_line(ran["max_depth_negative"], 2) == \
         "superopt: error: argument --max-depth: must be >= 0, got -1"
     p = ran["max_depth_zero"]
-    assert p.returncode == 0 and p.stdout.startswith("1 derivations of matmul"), p.stderr
+    assert p.returncode == 0 and p.stdout.startswith("1 derivation of matmul"), p.stderr
 
 
 def test_dtype_fp32(ran):
@@ -177,7 +177,8 @@ def test_show_and_out(ran):
         "superopt: error: --out: cannot tell the picture format of 'x.jpeg'; use one of " \
         ".png, .svg, .pdf, .dot"
     assert _one_line(ran["show_unknown_id"], 2) == \
-        "superopt: error: --show: no derivation 'd9'; there are 1 (d0..d0)"
+        "superopt: error: --show: no derivation 'd9'; the 1 lowerable ones are d0 " \
+        "(`superopt derive` lists them)"
 
 
 def test_show_writes_a_dot_file(tmp_path):
