@@ -45,11 +45,13 @@ def _tiles(size: int, tile: int):
 class _KernelRun:
     """Executes one kernel of a plan over one grid tile."""
 
-    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray], ops: _Ops) -> None:
+    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray], ops: _Ops,
+                 written: dict[NodeId, np.ndarray]) -> None:
         self.plan, self.k, self.g, self.ops = plan, k, plan.graph, ops
         self.kern = plan.kernels[k]
         self.nodes = set(self.kern.nodes)
         self.glob = glob
+        self.written = written  # node -> bool mask of the elements some grid tile stored
         self.r = self.kern.stream
         g = self.g
         self.accs = [n for n in self.kern.nodes if self.r is not None and (
@@ -187,10 +189,7 @@ class _KernelRun:
                     if node.op == "matmul":
                         part = self._matmul(node, region, t)
                     else:
-                        saved = self.acc_val.pop(acc, None)
                         part = self._reduce(node, self.ev(node.args[0], rt))
-                        if saved is not None:
-                            self.acc_val[acc] = saved
                     if acc not in self.acc_val:
                         self.acc_val[acc] = part
                         if acc in maxes:
@@ -222,7 +221,6 @@ class _KernelRun:
             self.glob[out][idx] = np.broadcast_to(val, shape)
             self.written[out][idx] = True
 
-    written: dict
 
 
 def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
@@ -247,11 +245,10 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
             glob[i] = ops.f64(inputs[n.name])
     written: dict[NodeId, np.ndarray] = {}
     for k, kern in enumerate(plan.kernels):
-        run = _KernelRun(plan, k, glob, ops)
         for out in plan.outputs(k):
             glob[out] = ops.full(g.shape(out), np.nan)
             written[out] = np.zeros(g.shape(out), dtype=bool)
-        run.written = written
+        run = _KernelRun(plan, k, glob, ops, written)
         grid = [a for a in plan.domain(k) if a in kern.grid]
         ranges = [_tiles(sizes[a], tile_size[a]) for a in grid]
         for combo in itertools.product(*ranges):

@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from mutate import EDITS, mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -464,17 +465,6 @@ GOLDEN_REQUESTS = [wire.encode(derive_req()), wire.encode(lower_req()), wire.enc
 
 
 @FUZZ
-@given(st.sampled_from(GOLDEN_REQUESTS), st.lists(
-    st.tuples(st.integers(0, 10_000), st.integers(0, 255), st.sampled_from(["set", "del", "ins"])),
-    min_size=1, max_size=4))
+@given(st.sampled_from(GOLDEN_REQUESTS), EDITS)
 def test_fuzz_mutated_requests(no_backends, data, edits):
-    b = bytearray(data)
-    for pos, byte, how in edits:
-        pos %= len(b) + 1
-        if how == "set" and pos < len(b):
-            b[pos] = byte
-        elif how == "del" and pos < len(b):
-            del b[pos]
-        else:
-            b.insert(pos, byte)
-    assert_answer(bytes(b))
+    assert_answer(mutate(data, edits))

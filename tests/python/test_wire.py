@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from mutate import EDITS, mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -767,20 +768,9 @@ GRAPH_FILES = [FILES[f"{w}.graph.msgpack"] for w in FIVE] + [FILES["small_matmul
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.sampled_from(GRAPH_FILES), st.lists(
-    st.tuples(st.integers(0, 10_000), st.integers(0, 255), st.sampled_from(["set", "del", "ins"])),
-    min_size=1, max_size=4))
+@given(st.sampled_from(GRAPH_FILES), EDITS)
 def test_fuzz_mutated_golden_only_superopt_errors(data, edits):
-    b = bytearray(data)
-    for pos, byte, how in edits:
-        pos %= len(b) + 1
-        if how == "set" and pos < len(b):
-            b[pos] = byte
-        elif how == "del" and pos < len(b):
-            del b[pos]
-        else:
-            b.insert(pos, byte)
-    check_decode_graph(bytes(b))
+    check_decode_graph(mutate(data, edits))
 
 
 @settings(max_examples=300, deadline=None)
