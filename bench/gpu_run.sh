@@ -22,5 +22,7 @@ for spec in "$@"; do
   python3 -m superopt.cli run "$w" ${case_:+--case "$case_"} ${EXTRA:-} --budget "$budget" \
     --out "$out/runs/$tag" --no-progress --time-budget "${TIME_BUDGET:-240}" 2>&1 \
     | grep -v "Warning: AnnotateWarpGroupRegAlloc"
+  # packed after every workload, so a call cut short still returns what finished
+  tar -C "$out" -czf "$out/runs.tar.gz" runs
 done
-tar -C "$out" -czf "$out/runs.tar.gz" runs && rm -rf "$out/runs"
+rm -rf "$out/runs"

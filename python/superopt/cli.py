@@ -189,7 +189,7 @@ def cmd_run(args) -> int:
                      if s.rule not in ("tile_parallel", "stream_reduction")]
             status = "lowered" if errors.get(c.id) is None else f"FAILED: {errors[c.id]}"
             cfg = " ".join(f"{k}={v}" for k, v in c.config.items() if k.split(".")[-1] in
-                           ("block_m", "block_n", "block_k", "stages", "threads", "schedule"))
+                           ("block_m", "block_n", "block_k", "stages", "threads", "schedule", "cluster_m"))
             print(f"  {c.id:>4} {c.derived.derivation.id:>5} est {c.estimate_us:8.1f} µs  "
                   f"{' → '.join(steps) or '(literal)'}  [{cfg}]  {status}")
         from .lower import cache_dir

@@ -62,6 +62,16 @@ def summary_lines(record: dict) -> list[str]:
     if record.get("fraction_of_floor"):
         out.append(f"floor {_us(record['floor_us'])} µs; ours/floor = "
                    f"{record['fraction_of_floor']:.3f}")
+    cost = record.get("search_cost") or {}
+    if cost.get("compile_wall_s") is not None:
+        line = (f"search: {cost.get('compiled', 0)} modules compiled in "
+                f"{cost['compile_wall_s']:.1f} s on {cost.get('compile_workers')} processes")
+        if cost.get("compiled_per_min") is not None:
+            line += f" ({cost['compiled_per_min']:.0f} per minute, cache hits included)"
+        line += f", {cost.get('checked', 0)} checked and timed"
+        if cost.get("time_to_top1_s") is not None:
+            line += f"; top-1 measured {cost['time_to_top1_s']:.1f} s after the start"
+        out.append(line)
     return out
 
 

@@ -102,6 +102,8 @@ class CandidateResult:
         error: short text of what went wrong (exception type and message; for ``crash``
             the signal and the tail of the worker's stderr).
         compile_s: seconds the compile pool spent on it (``None`` if not compiled there).
+        done_s: seconds from the start of :func:`run_candidates` until its check finished
+            (``None`` if it was not checked); gives the search's time to its top-1.
     """
 
     id: str
@@ -114,6 +116,7 @@ class CandidateResult:
     error: str | None = None
     compile_s: float | None = None
     source_hash: str = ""
+    done_s: float | None = None
 
     @property
     def time_us(self) -> float | None:
@@ -125,7 +128,7 @@ class CandidateResult:
     def to_dict(self) -> dict:
         """A JSON-ready dict (non-finite floats become ``None``)."""
         d = asdict(self)
-        for k in ("call_us", "graph_us", "relerr", "compile_s"):
+        for k in ("call_us", "graph_us", "relerr", "compile_s", "done_s"):
             if d[k] is not None and not math.isfinite(d[k]):
                 d[k] = None
         return d
@@ -799,7 +802,7 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                    compile: bool = True, compile_workers: int | None = None,
                    compile_timeout_s: float = 300.0, checks: int = 1, seed: int = 0,
                    timing: TimingConfig | None = None, semantics: str = "superopt.semantics",
-                   runner: Runner | None = None) -> list[CandidateResult]:
+                   runner: Runner | None = None, stats: dict | None = None) -> list[CandidateResult]:
     """Compile, check and time ``candidates`` for ``graph``; return them ranked.
 
     Args:
@@ -823,6 +826,10 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         semantics: module providing ``random_inputs``/``evaluate``.
         runner: an open :class:`Runner` for ``graph`` to use (kept open); else one is made
             and closed.
+        stats: a dict to fill with the search cost: ``compile_workers``, ``compile_wall_s``
+            (wall seconds of the parallel compile phase), ``compiled`` (modules compiled
+            or found in the cache), ``compile_failed``, ``checked`` (candidates checked
+            and timed on the device) and ``check_wall_s``.
 
     Returns:
         One :class:`CandidateResult` per candidate, ranked by :func:`rank_results`.
@@ -866,6 +873,13 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                                      timeout_s=compile_timeout_s, deadline=deadline,
                                      on_done=on_done)
             outcomes = {active[k]: o for k, o in sub.items()}
+        t_compiled = time.monotonic()
+        if stats is not None:
+            stats.update(compile_workers=compile_workers or os.cpu_count() or 1,
+                         compile_wall_s=round(t_compiled - t_start, 3),
+                         compiled=sum(o.status == "ok" for o in outcomes.values()),
+                         compile_failed=sum(o.status != "ok" for o in outcomes.values()),
+                         checked=0)
 
         own = runner is None
         if runner is None:
@@ -887,11 +901,16 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                 else:
                     r = runner.check(c, tolerance=tolerance, timeout_s=timeout_s, checks=checks)
                     r.compile_s = o.compile_s if o else None
+                    r.done_s = round(time.monotonic() - t_start, 3)
                     results[i] = r
+                    if stats is not None:
+                        stats["checked"] += 1
                     if r.time_us is not None and (best is None or r.time_us < best):
                         best = r.time_us
                 prog.advance(task, f"best {best:.1f} µs" if best is not None else "")
         finally:
             if own:
                 runner.close()
+            if stats is not None:
+                stats["check_wall_s"] = round(time.monotonic() - t_compiled, 3)
     return rank_results([r for r in results if r is not None])

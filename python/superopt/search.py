@@ -183,13 +183,15 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     t0 = time.time()
     planned, derived = plan_candidates(graph, dtype=dtype, budget=budget, derived=derived)
     by_id = {c.id: c for c in planned}
+    t_plan = time.time() - t0
+    stats: dict[str, Any] = {}
     with Runner(graph, dtype=dtype, device=device, timing=timing) as runner:
         env = runner.environment()
         results = run_candidates(
             graph, [Candidate(c.id, c.derived.derivation.id, c.config, c.module_path,
                               c.source_hash) for c in planned],
             dtype=dtype, device=device, budget_s=budget_s, progress=progress, runner=runner,
-            timing=timing)
+            timing=timing, stats=stats)
         t_search = time.time() - t0
         peer_results = runner.peers() if peers else []
         final = final_round(runner, results, peer_results,
@@ -206,6 +208,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "environment": env, "derivations": len(derived), "candidates": [],
         "search_s": round(t_search, 2),
+        "search_cost": search_cost(stats, t_plan),
     }
     try:
         fl, nbytes = workload_flops(graph.name, sizes), min_bytes(graph.name, sizes, dtype)
@@ -235,6 +238,9 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     if ok:
         top = ok[0]
         record["top1"] = top["id"]
+        if top.get("done_s") is not None:
+            # derive + plan + compile + check up to the moment the top-1 was measured
+            record["search_cost"]["time_to_top1_s"] = round(t_plan + top["done_s"], 2)
         good_peers = [p for p in record["peers"] if p.get("status") == "ok" and p.get("graph_us")]
         if good_peers:
             best = min(good_peers, key=lambda p: p["graph_us"])
@@ -250,6 +256,19 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         from .report import write_outputs
         write_outputs(record, graph, by_id, Path(out_dir))
     return record
+
+
+def search_cost(stats: dict, plan_s: float) -> dict:
+    """The search's cost for the record: ``plan_s`` (derive, plan, lower), the compile
+    phase (``compile_wall_s``, ``compile_workers``, ``compiled``, ``compile_failed``,
+    ``compiled_per_min`` = compiled / compile wall minutes, cache hits included), and
+    ``checked``/``check_wall_s`` (device checks and timing). ``tune`` adds
+    ``time_to_top1_s`` once the top-1 is known."""
+    out = {"plan_s": round(plan_s, 2), **stats}
+    wall = stats.get("compile_wall_s")
+    if wall and stats.get("compiled") is not None:
+        out["compiled_per_min"] = round(stats["compiled"] / wall * 60, 1)
+    return out
 
 
 def final_round(runner, results, peer_results, module_paths: dict[str, str], *,

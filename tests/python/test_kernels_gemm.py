@@ -63,7 +63,8 @@ def cfg_id(c: GemmConfig) -> str:
     return (f"{c.block_m}x{c.block_n}x{c.block_k}s{c.stages}t{c.threads}"
             f"{'z' + str(c.swizzle_panel) if c.swizzle_panel else ''}"
             f"{'-' + c.dual_mode if c.dual_mode != 'concat' else ''}"
-            f"{'-persistent' if c.persistent else ''}")
+            f"{'-persistent' if c.persistent else ''}"
+            f"{'-ws' + str(c.cluster_m) if c.schedule == 'ws' else ''}")
 
 
 def expected_grid(spec: GemmSpec, c: GemmConfig) -> tuple[int, int, int]:
@@ -71,6 +72,25 @@ def expected_grid(spec: GemmSpec, c: GemmConfig) -> tuple[int, int, int]:
     if c.persistent:
         return (min(spec.batch * m_blocks * n_blocks, 132), 1, 1)
     return (n_blocks, m_blocks, spec.batch)
+
+
+def assert_ws_pipeline(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
+    """The "ws" schedule's CUDA: producer warpgroup after the consumers, one wgmma batch in
+    flight, and with a cluster: B multicast, cluster-wide empty barriers, exit barrier."""
+    assert f"if ({cfg.threads} <= ((int)threadIdx.x)) {{" in cuda
+    assert "warpgroup_reg_dealloc<24>" in cuda and "warpgroup_reg_alloc<" in cuda
+    assert "tl::wait_wgmma<1>();" in cuda
+    wgs = cfg.threads // 128
+    count = wgs * cfg.cluster_m if cfg.cluster_m > 1 else cfg.threads
+    assert len(re.findall(rf"empty\[\d+\]\.init\({count}\);", cuda)) == cfg.stages
+    if cfg.cluster_m > 1:
+        assert "tl::tma_load_multicast(B_desc" in cuda
+        assert not re.search(r"tma_load_multicast\(A_desc", cuda)
+        # consumer release reaches the peer CTA: arrive(cta_id)
+        assert re.search(r"empty\[[^\]]+\]\.arrive\(\(\(\(\(int\)threadIdx\.x\) & 127\) >> 5\)\)", cuda)
+        assert cuda.count("tl::cluster_sync();") == 2  # after set-up, before exit
+    else:
+        assert "multicast" not in cuda and "cluster_sync" not in cuda
 
 
 # =========================================================================================
@@ -88,9 +108,12 @@ def test_reference_gemm_configs_lower_to_wgmma_tma(tmp_path, spec, cfg):
     assert "tl::tma_load(" in cuda  # operands by TMA bulk copies ...
     assert "tl::tma_store(" in cuda  # ... and the C tile by a TMA bulk store
     # Warp-specialised: a 128-thread producer warpgroup (setmaxnreg-rebalanced unless the
-    # kernel is persistent) beside the consumers.
-    assert "if (((int)threadIdx.x) < 128) {" in cuda
-    assert ("warpgroup_reg_alloc" in cuda) != cfg.persistent
+    # kernel is persistent) beside the consumers; TileLang puts it first, "ws" last.
+    if cfg.schedule == "ws":
+        assert_ws_pipeline(cuda, spec, cfg)
+    else:
+        assert "if (((int)threadIdx.x) < 128) {" in cuda
+        assert ("warpgroup_reg_alloc" in cuda) != cfg.persistent
     # wgmma N: the whole tile width per warpgroup (FullRow), doubled when dual is concat.
     wg_n = cfg.block_n * (2 if spec.dual and cfg.dual_mode == "concat" else 1)
     assert re.search(rf"wgmma_ss<[^>]*, 64, {wg_n}, 16,", cuda), cfg
@@ -174,6 +197,51 @@ def _guarded(cuda: str, line: str) -> bool:
     lines = cuda.splitlines()
     i = lines.index(line)
     return any(lines[j].strip().startswith("if (") for j in range(max(0, i - 2), i))
+
+
+WS_EDGE = [
+    # ragged m, n, k; a row input; 8 row tiles of 128 -> clusters of 2
+    (GemmSpec(1, 1000, 1000, 1000, "kn", row_inputs=("r",),
+              epilogue="{acc} * T.sigmoid({acc}) * {r}", name="ws1000"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", cluster_m=2)),
+    # B as [n, k], batch 3, bf16 in, fp32 out
+    (GemmSpec(3, 256, 96, 64, "nk", dtype="bfloat16", out_dtype="float32", name="wsnk"),
+     GemmConfig(128, 96, 64, 2, 256, schedule="ws", cluster_m=2)),
+    # one consumer warpgroup, a single K step (the loop body never runs)
+    (GemmSpec(1, 64, 128, 32, "kn", name="ws1step"),
+     GemmConfig(64, 128, 64, 2, 128, schedule="ws")),
+]
+
+
+@pytest.mark.parametrize("spec,cfg", WS_EDGE, ids=[s.name for s, _ in WS_EDGE])
+def test_ws_schedule_lowers_at_edges(tmp_path, spec, cfg):
+    cuda, launch = lower(tmp_path, gemm_source(spec, cfg), spec.name)
+    assert launch["grid"] == expected_grid(spec, cfg)
+    assert launch["block"] == (cfg.threads + 128, 1, 1)
+    assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
+    if -(-spec.k // cfg.block_k) > 1:
+        assert_ws_pipeline(cuda, spec, cfg)
+    else:  # one K step: issue, wait_group 0, release
+        assert "wait_wgmma<1>" not in cuda and "wait_wgmma<0>" in cuda
+    for r in spec.row_inputs:
+        assert f"{r}[" in cuda
+
+
+@pytest.mark.parametrize("spec,cfg,match", [
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, cluster_m=2), "needs schedule 'ws'"),
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=4), "cluster_m"),
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="tma"), "schedule"),
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", persistent=True), "persistent"),
+    (MATMUL, GemmConfig(128, 256, 64, 4, 256, schedule="ws"), "shared memory"),
+    (GemmSpec(1, 384, 256, 256, "kn"),
+     GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2), "divide the 3 row tiles"),
+    (GemmSpec(1, 128, 128, 129, "kn"), GemmConfig(128, 128, 64, 3, 256, schedule="ws"),
+     "TMA-loadable"),
+    (SWIGLU, GemmConfig(128, 128, 64, 3, 256, schedule="ws"), "dual"),
+])
+def test_check_config_rejects_bad_ws(spec, cfg, match):
+    with pytest.raises(LoweringError, match=match):
+        check_config(spec, cfg)
 
 
 def test_dual_split_mode_lowers_two_gemms(tmp_path):

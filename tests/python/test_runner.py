@@ -76,6 +76,10 @@ def write_module(dirpath: Path, name: str, dtype: str = "float32",
                      module_path=str(path), source_hash=f"h-{name}-{dtype}")
 
 
+#: filled by the full_run fixture's run_candidates(stats=...)
+FULL_RUN_STATS: dict = {}
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("candidates")
@@ -83,10 +87,25 @@ def full_run(tmp_path_factory):
              "slow_correct", "raises", "half_written"]
     cands = [write_module(d, n) for n in names]
     t0 = time.monotonic()
+    stats = FULL_RUN_STATS
     results = run_candidates(GRAPH, cands, dtype="float32", device="cpu", timeout_s=4.0,
                              budget_s=120.0, progress=False, compile=True, compile_workers=2,
-                             compile_timeout_s=60.0, checks=2, timing=FAST)
+                             compile_timeout_s=60.0, checks=2, timing=FAST, stats=stats)
     return results, time.monotonic() - t0
+
+
+def test_search_cost_stats(full_run):
+    """The numbers behind "candidates compiled per minute" and "time to top-1"."""
+    results, elapsed = full_run
+    st = FULL_RUN_STATS
+    assert st["compile_workers"] == 2
+    assert st["compiled"] == 9 and st["compile_failed"] == 1  # load_raises fails to compile
+    assert st["checked"] == 9  # every compiled candidate reaches the device worker
+    assert 0 < st["compile_wall_s"] <= st["compile_wall_s"] + st["check_wall_s"] <= elapsed
+    checked = [r for r in results if r.status != "compile_error"]
+    assert all(r.done_s is not None and st["compile_wall_s"] <= r.done_s <= elapsed
+               for r in checked)
+    assert [r.done_s for r in results if r.status == "compile_error"] == [None]
 
 
 def test_statuses_exact(full_run):
@@ -139,7 +158,7 @@ def test_results_are_json_records(full_run):
     rows = [r.to_dict() for r in results]
     json.dumps(rows, allow_nan=False)
     assert set(rows[0]) == {"id", "derivation_id", "config", "status", "call_us", "graph_us",
-                            "relerr", "error", "compile_s", "source_hash"}
+                            "relerr", "error", "compile_s", "source_hash", "done_s"}
     assert rows[0]["config"] == {"block_M": 64, "name": "correct"}
     assert rows[0]["source_hash"] == "h-correct-float32"
 

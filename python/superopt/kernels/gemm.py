@@ -139,6 +139,8 @@ class GemmConfig:
     store: str = "tma"
     dual_mode: str = "concat"
     persistent: bool = False
+    schedule: str = "auto"
+    cluster_m: int = 1
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -235,6 +237,29 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             # cannot address such a half-tile with TMA ("SMEM layout is not a bijection").
             raise LoweringError(f"dual_mode 'concat' with b_layout 'nk' needs block_k <= 64, "
                                 f"got {cfg.block_k}")
+    if cfg.schedule not in ("auto", "ws"):
+        raise LoweringError(f"schedule must be 'auto' or 'ws', got {cfg.schedule!r}")
+    if cfg.cluster_m not in (1, 2):
+        raise LoweringError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
+    if cfg.schedule == "ws":
+        if cfg.persistent or spec.a_row_sumsq or spec.k == 0:
+            raise LoweringError("schedule 'ws' supports neither persistent, a_row_sumsq nor k == 0")
+        if not all(gemm_tma_operands(spec)):
+            raise LoweringError("schedule 'ws' needs TMA-loadable operands (16-byte row pitch)")
+        if cfg.store != "tma" or cfg.policy != "full_row":
+            raise LoweringError("schedule 'ws' needs store 'tma' and policy 'full_row'")
+        if spec.dual:
+            # Measured on an H200 (bench/results/2026-11-30-run8): every dual "ws" kernel
+            # hit an illegal address. TileLang 0.1.15 infers the split halves' fragment
+            # layout from the 2·block_n-wide accumulator inside the consumer branch, and
+            # the C staging loop then runs past the block_m × block_n shared tile.
+            raise LoweringError("schedule 'ws' does not support dual GEMMs (the epilogue "
+                                "of the split accumulator overruns shared memory)")
+        if _ceil_div(spec.m, cfg.block_m) % cfg.cluster_m:
+            raise LoweringError(f"cluster_m={cfg.cluster_m} must divide the "
+                                f"{_ceil_div(spec.m, cfg.block_m)} row tiles")
+    elif cfg.cluster_m != 1:
+        raise LoweringError("cluster_m > 1 needs schedule 'ws'")
     if cfg.block_m % 64 or cfg.block_m < 64:
         raise LoweringError(f"block_m must be a multiple of 64 (wgmma M), got {cfg.block_m}")
     if cfg.block_n % 16 or not 16 <= cfg.block_n <= 256:
@@ -327,7 +352,10 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     rows = 4 * cfg.block_m * (len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0))
     # 1 KiB alignment per buffer (TMA/wgmma swizzled buffers are 1024-byte aligned).
     n_buffers = 2 + (1 if spec.dual else 0) + len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0)
-    if cfg.persistent:  # the ring stays live across tiles: no reuse for C
+    if cfg.persistent or cfg.schedule == "ws":
+        # persistent: the ring stays live across tiles; ws: the producer's and consumers'
+        # branches run concurrently, so TileLang's planner gives C its own buffer
+        # (measured: 128x256x64, 3 stages, fp16 -> 212992 bytes = ring + C)
         return ring + c_stage + rows + 1024 * n_buffers
     return max(ring, c_stage) + rows + 1024 * n_buffers
 
@@ -354,6 +382,8 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     """
     check_spec(spec)
     check_config(spec, cfg)
+    if cfg.schedule == "ws":
+        return _ws_source(spec, cfg)
     s, c = spec, cfg
     bm, bn, bk = c.block_m, c.block_n, c.block_k
     nk = s.b_layout == "nk"
@@ -490,6 +520,146 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     return "\n".join(out) + "\n"
 
 
+def _ws_source(spec: GemmSpec, cfg: GemmConfig) -> str:
+    """Source of the ``"ws"`` schedule (see :class:`GemmConfig`); same contract as
+    :func:`gemm_source`.
+
+    Threads ``[0, cfg.threads)`` are the consumer warpgroups (FullRow: warpgroup w owns
+    rows ``[w·block_m/W, (w+1)·block_m/W)`` of the tile), threads ``[cfg.threads,
+    cfg.threads + 128)`` the producer. With ``n = ceil(k / block_k)`` K steps and ring slot
+    ``s = i mod stages``, phase ``(i / stages) mod 2``::
+
+        producer:  for i < n: wait empty[s] (phase ^ 1); TMA A_i -> A_s[s];
+                              TMA B_i -> B_s[s] (multicast to the cluster's CTAs);
+                              arrive full[s]
+        consumer:  wait full[0]; issue acc += A_0 B_0
+                   for i in 1 .. n-1: wait full[s]; issue acc += A_i B_i;
+                                      wait_group 1 (step i-1 done); release slot of i-1
+                   wait_group 0; release slot of n-1; epilogue; C -> shared -> TMA store
+
+    "Release" is one arrival per consumer warpgroup on the slot's empty barrier of every
+    CTA in the cluster (CUTLASS's ``PipelineTmaAsync`` consumer release; lane 0 of warp r
+    of the warpgroup signals CTA rank r). A cluster barrier after the mbarrier set-up and
+    one before exit keep remote arrivals inside both CTAs' lifetimes.
+    """
+    s, c = spec, cfg
+    bm, bn, bk, st, cm = c.block_m, c.block_n, c.block_k, c.stages, c.cluster_m
+    nk_layout = s.b_layout == "nk"
+    wgs = c.threads // 128
+    ncons = c.threads
+    nsteps = _ceil_div(s.k, bk)
+    b_shape = (s.batch, s.n, s.k) if nk_layout else (s.batch, s.k, s.n)
+    b_tile = (st, bn, bk) if nk_layout else (st, bk, bn)
+    tb = ", transpose_B=True" if nk_layout else ""
+    fields = {"acc": "acc[i, j]"}
+    fields.update({r: f"{r}_s[i]" for r in s.row_inputs})
+    epilogue = s.epilogue.format(**fields)
+    regs_acc = bm * bn // ncons
+    # consumer share of the register file after the producer's 24 per thread
+    nreg = min(240, (65536 - 128 * 24) // ncons // 8 * 8)
+
+    params = [f"A: T.Tensor({(s.batch, s.m, s.k)}, \"{s.dtype}\")",
+              f"B: T.Tensor({b_shape}, \"{s.dtype}\")"]
+    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"float32\")" for r in s.row_inputs]
+    params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
+
+    def slot(i: str) -> str:
+        return f"({i}) % {st}" if st > 1 else "0"
+
+    def parity(i: str) -> str:
+        return f"(({i}) // {st}) % 2" if st > 1 else f"({i}) % 2"
+
+    def b_src(i: str) -> str:
+        if nk_layout:
+            return f"B[bz, bx * {bn}:(bx + 1) * {bn}, ({i}) * {bk}:({i} + 1) * {bk}]"
+        return f"B[bz, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
+
+    mc = ", cluster_mask=0b11" if cm == 2 else ""
+    out: list[str] = []
+
+    def emit(depth: int, text: str) -> None:
+        out.append("    " * depth + text if text else "")
+
+    emit(0, f"def build_{s.name}():")
+    emit(1, f'"""{s.name}: GEMM batch={s.batch} m={s.m} n={s.n} k={s.k} B={s.b_layout} '
+            f'dual=False; tile {bm}x{bn}x{bk}, {st} stages, {c.threads} consumer threads, '
+            f'schedule ws, cluster_m {cm}."""')
+    emit(0, "")
+    emit(1, "@T.prim_func")
+    emit(1, f"def {s.name}(")
+    for p in params:
+        emit(2, p + ",")
+    emit(1, "):")
+    cluster = f", cluster_dims=(1, {cm}, 1)" if cm > 1 else ""
+    emit(2, f"with T.Kernel({_ceil_div(s.n, bn)}, {_ceil_div(s.m, bm)}, {s.batch}, "
+            f"threads={c.threads + 128}{cluster}) as (bx, by, bz):")
+    d = 3
+    emit(d, f'A_s = T.alloc_shared(({st}, {bm}, {bk}), "{s.dtype}")')
+    emit(d, f'B_s = T.alloc_shared({b_tile}, "{s.dtype}")')
+    emit(d, f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
+    emit(d, f'acc = T.alloc_fragment(({bm}, {bn}), "float32")')
+    for r in s.row_inputs:
+        emit(d, f'{r}_s = T.alloc_shared(({bm},), "float32")')
+    emit(d, f"full = T.alloc_barrier([128] * {st})")
+    if cm > 1:
+        emit(d, f"empty = T.alloc_cluster_barrier([{wgs * cm}] * {st})")
+    else:
+        emit(d, f"empty = T.alloc_barrier([{ncons}] * {st})")
+    emit(d, "tx = T.get_thread_binding()")
+    # (TileLang itself puts a cluster barrier after the mbarrier set-up when the kernel
+    # has a cluster barrier, so peers never arrive on an uninitialised one.)
+
+    def release(depth: int, i: str) -> None:
+        if cm > 1:
+            # lane 0 of warp r of each consumer warpgroup signals CTA rank r
+            emit(depth, f"if tx % 128 < {32 * cm} and tx % 32 == 0:")
+            emit(depth + 1, f"T.mbarrier_arrive(empty[{slot(i)}], (tx % 128) // 32)")
+        else:
+            emit(depth, f"T.mbarrier_arrive(empty[{slot(i)}])")
+
+    fence = f"T.warpgroup_fence_operand(acc, num_regs={regs_acc})"
+    gemm = f"T.wgmma_gemm(A_s[{{s}}, :, :], B_s[{{s}}, :, :], acc{tb}, policy=T.GemmWarpPolicy.FullRow)"
+    # --- producer
+    emit(d, f"if tx >= {ncons}:")
+    emit(d + 1, "T.set_max_nreg(24, 0)")
+    emit(d + 1, f"for i in T.serial({nsteps}):")
+    emit(d + 2, f"T.mbarrier_wait_parity(empty[{slot('i')}], {parity('i')} ^ 1)")
+    emit(d + 2, f"T.tma_copy(A[bz, by * {bm}:(by + 1) * {bm}, i * {bk}:(i + 1) * {bk}], "
+                f"A_s[{slot('i')}, :, :], barrier=full[{slot('i')}])")
+    emit(d + 2, f"T.tma_copy({b_src('i')}, B_s[{slot('i')}, :, :], barrier=full[{slot('i')}]{mc})")
+    emit(d + 2, f"T.mbarrier_arrive(full[{slot('i')}])")
+    # --- consumers
+    emit(d, "else:")
+    e = d + 1
+    emit(e, f"T.set_max_nreg({nreg}, 1)")
+    emit(e, "T.clear(acc)")
+    emit(e, "T.mbarrier_wait_parity(full[0], 0)")
+    emit(e, gemm.format(s="0"))
+    if nsteps > 1:
+        emit(e, f"for i in T.serial(1, {nsteps}):")
+        emit(e + 1, f"T.mbarrier_wait_parity(full[{slot('i')}], {parity('i')})")
+        emit(e + 1, gemm.format(s=slot("i")))
+        emit(e + 1, "T.wait_wgmma(1)")
+        emit(e + 1, fence)
+        release(e + 1, "i - 1")
+    emit(e, "T.wait_wgmma(0)")
+    emit(e, fence)
+    release(e, str(nsteps - 1))
+    # --- epilogue (consumers)
+    for r in s.row_inputs:
+        emit(e, f"T.copy({r}[bz, by * {bm}], {r}_s)")
+    if epilogue.strip() != "acc[i, j]":
+        emit(e, f"for i, j in T.Parallel({bm}, {bn}):")
+        emit(e + 1, f"acc[i, j] = {epilogue}")
+    emit(e, "T.copy(acc, C_s)")
+    emit(e, f"T.copy(C_s, C[bz, by * {bm}, bx * {bn}])")
+    if cm > 1:  # no CTA exits while a peer may still arrive on its barriers
+        emit(d, "T.cluster_sync()")
+    emit(0, "")
+    emit(1, f"return {s.name}")
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------------------------------
 # The configuration space and its cost model
 # ---------------------------------------------------------------------------------------
@@ -499,6 +669,9 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
 _FMA_PER_CLK = 2048
 #: Shared-memory bandwidth of one SM, bytes per clock.
 _SMEM_BYTES_PER_CLK = 128
+#: L2 → SM bandwidth available to one SM when all load at once, bytes per clock (a round
+#: model figure: about 14 TB/s over 132 SMs at 1.65 GHz).
+_L2_BYTES_PER_CLK = 64
 #: Fixed cost per K step (mbarrier wait/arrive, descriptor set-up, wgmma fence/wait), clocks.
 _KSTEP_OVERHEAD_CLK = 64
 #: Fixed cost per tile: pipeline fill latency plus the epilogue, clocks.
@@ -550,7 +723,12 @@ def gemm_cost_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> fl
     ksteps = _ceil_div(spec.k, cfg.block_k) if spec.k else 0
     # Fewer stages than needed to cover the ~1 µs TMA latency stall the ring.
     stall = 1.0 + 0.08 * max(0, 3 - cfg.stages)
-    mainloop = ksteps * (max(tensor, smem) * stall + _KSTEP_OVERHEAD_CLK)
+    # "ws" keeps one wgmma batch in flight instead of draining the tensor pipe every K
+    # step; a 2-CTA cluster halves the L2 reads of B (multicast).
+    overhead = _KSTEP_OVERHEAD_CLK / 2 if cfg.schedule == "ws" else _KSTEP_OVERHEAD_CLK
+    b_bytes = n_gemm * cfg.block_n * cfg.block_k * ib / cfg.cluster_m
+    l2 = (cfg.block_m * cfg.block_k * ib + b_bytes) / _L2_BYTES_PER_CLK
+    mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)
     tiles = spec.batch * _ceil_div(spec.m, cfg.block_m) * _ceil_div(spec.n, cfg.block_n)
     waves = _ceil_div(tiles, num_sms)
     if cfg.persistent:  # later tiles' fill and epilogue mostly hide under the mainloop
@@ -593,9 +771,12 @@ def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig
         tiles = _ceil_div(spec.m, bm) * _ceil_div(spec.n, bn) * spec.batch
         # Raster order and persistence only matter when the tiles take several waves.
         schedules = ((0, False), (8, False), (0, True)) if tiles > NUM_SMS else ((0, False),)
-        for (swizzle, persistent), mode in itertools.product(schedules, modes):
-            cfg = GemmConfig(bm, bn, bk, stages, threads, swizzle, "full_row",
-                             dual_mode=mode, persistent=persistent)
+        variants = [GemmConfig(bm, bn, bk, stages, threads, swizzle, "full_row",
+                               dual_mode=mode, persistent=persistent)
+                    for (swizzle, persistent), mode in itertools.product(schedules, modes)]
+        variants += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
+                                cluster_m=cm) for cm in (2, 1)]
+        for cfg in variants:
             try:
                 check_config(spec, cfg)
             except LoweringError:
@@ -603,8 +784,9 @@ def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig
             cands[cfg] = None
 
     def key(c: GemmConfig) -> tuple:
-        return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", -c.swizzle_panel,
-                -c.stages, c.block_m * c.block_n, c.block_k, c.threads, c.block_m, c.block_n)
+        return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
+                -c.cluster_m, -c.swizzle_panel, -c.stages, c.block_m * c.block_n, c.block_k,
+                c.threads, c.block_m, c.block_n)
 
     ordered = sorted(cands, key=key)
     return ordered if limit is None else ordered[:limit]

@@ -11,9 +11,9 @@ INPUTS = [('X', (1024, 4096)), ('W', (4096, 4096))]
 OUTPUT_SHAPE = (1024, 4096)
 DTYPE = 'float16'
 
-# kernel 0: gemm, config {'block_m': 256, 'block_n': 128, 'block_k': 128, 'stages': 2, 'threads': 256, 'swizzle_panel': 0, 'policy': 'full_row', 'store': 'tma', 'dual_mode': 'concat', 'persistent': False}
+# kernel 0: gemm, config {'block_m': 128, 'block_n': 256, 'block_k': 64, 'stages': 3, 'threads': 256, 'swizzle_panel': 0, 'policy': 'full_row', 'store': 'tma', 'dual_mode': 'concat', 'persistent': False, 'schedule': 'ws', 'cluster_m': 2}
 def build_k0_gemm():
-    """k0_gemm: GEMM batch=1 m=1024 n=4096 k=4096 B=kn dual=False sumsq=False; tile 256x128x128, 2 stages, 256 consumer threads, full_row, swizzle 0, store tma, dual concat, persistent False."""
+    """k0_gemm: GEMM batch=1 m=1024 n=4096 k=4096 B=kn dual=False; tile 128x256x64, 3 stages, 256 consumer threads, schedule ws, cluster_m 2."""
 
     @T.prim_func
     def k0_gemm(
@@ -21,18 +21,40 @@ def build_k0_gemm():
         B: T.Tensor((1, 4096, 4096), "float16"),
         C: T.Tensor((1, 1024, 4096), "float16"),
     ):
-        with T.Kernel(32, 4, 1, threads=256) as (bx, by, bz):
-            A_s = T.alloc_shared((256, 128), "float16")
-            B_s = T.alloc_shared((128, 128), "float16")
-            acc = T.alloc_fragment((256, 128), "float32")
-            C_s = T.alloc_shared((256, 128), "float16")
-            T.clear(acc)
-            for ko in T.Pipelined(32, num_stages=2):
-                T.copy(A[bz, by * 256, ko * 128], A_s)
-                T.copy(B[bz, ko * 128, bx * 128], B_s)
-                T.gemm(A_s, B_s, acc, policy=T.GemmWarpPolicy.FullRow)
-            T.copy(acc, C_s)
-            T.copy(C_s, C[bz, by * 256, bx * 128])
+        with T.Kernel(16, 8, 1, threads=384, cluster_dims=(1, 2, 1)) as (bx, by, bz):
+            A_s = T.alloc_shared((3, 128, 64), "float16")
+            B_s = T.alloc_shared((3, 64, 256), "float16")
+            C_s = T.alloc_shared((128, 256), "float16")
+            acc = T.alloc_fragment((128, 256), "float32")
+            full = T.alloc_barrier([128] * 3)
+            empty = T.alloc_cluster_barrier([4] * 3)
+            tx = T.get_thread_binding()
+            if tx >= 256:
+                T.set_max_nreg(24, 0)
+                for i in T.serial(64):
+                    T.mbarrier_wait_parity(empty[(i) % 3], ((i) // 3) % 2 ^ 1)
+                    T.tma_copy(A[bz, by * 128:(by + 1) * 128, i * 64:(i + 1) * 64], A_s[(i) % 3, :, :], barrier=full[(i) % 3])
+                    T.tma_copy(B[bz, (i) * 64:(i + 1) * 64, bx * 256:(bx + 1) * 256], B_s[(i) % 3, :, :], barrier=full[(i) % 3], cluster_mask=0b11)
+                    T.mbarrier_arrive(full[(i) % 3])
+            else:
+                T.set_max_nreg(240, 1)
+                T.clear(acc)
+                T.mbarrier_wait_parity(full[0], 0)
+                T.wgmma_gemm(A_s[0, :, :], B_s[0, :, :], acc, policy=T.GemmWarpPolicy.FullRow)
+                for i in T.serial(1, 64):
+                    T.mbarrier_wait_parity(full[(i) % 3], ((i) // 3) % 2)
+                    T.wgmma_gemm(A_s[(i) % 3, :, :], B_s[(i) % 3, :, :], acc, policy=T.GemmWarpPolicy.FullRow)
+                    T.wait_wgmma(1)
+                    T.warpgroup_fence_operand(acc, num_regs=128)
+                    if tx % 128 < 64 and tx % 32 == 0:
+                        T.mbarrier_arrive(empty[(i - 1) % 3], (tx % 128) // 32)
+                T.wait_wgmma(0)
+                T.warpgroup_fence_operand(acc, num_regs=128)
+                if tx % 128 < 64 and tx % 32 == 0:
+                    T.mbarrier_arrive(empty[(63) % 3], (tx % 128) // 32)
+                T.copy(acc, C_s)
+                T.copy(C_s, C[bz, by * 128, bx * 256])
+            T.cluster_sync()
 
     return k0_gemm
 
