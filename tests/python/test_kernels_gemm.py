@@ -233,6 +233,8 @@ def test_ws_schedule_lowers_at_edges(tmp_path, spec, cfg):
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="tma"), "schedule"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", persistent=True), "persistent"),
     (MATMUL, GemmConfig(128, 256, 64, 4, 256, schedule="ws"), "shared memory"),
+    (MATMUL, GemmConfig(128, 256, 64, 1, 256, schedule="ws"), "stages >= 2"),
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", swizzle_panel=8), "swizzle_panel 0"),
     (GemmSpec(1, 384, 256, 256, "kn"),
      GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2), "divide the 3 row tiles"),
     (GemmSpec(1, 128, 128, 129, "kn"), GemmConfig(128, 128, 64, 3, 256, schedule="ws"),

@@ -246,8 +246,13 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             raise LoweringError("schedule 'ws' supports neither persistent, a_row_sumsq nor k == 0")
         if not all(gemm_tma_operands(spec)):
             raise LoweringError("schedule 'ws' needs TMA-loadable operands (16-byte row pitch)")
-        if cfg.store != "tma" or cfg.policy != "full_row":
-            raise LoweringError("schedule 'ws' needs store 'tma' and policy 'full_row'")
+        if cfg.store != "tma" or cfg.policy != "full_row" or cfg.swizzle_panel:
+            raise LoweringError("schedule 'ws' needs store 'tma', policy 'full_row' and "
+                                "swizzle_panel 0")
+        if cfg.stages < 2:
+            # one slot: the consumer waits for step 1's data before releasing step 0's slot,
+            # which the producer needs to load step 1 (deadlock)
+            raise LoweringError(f"schedule 'ws' needs stages >= 2, got {cfg.stages}")
         if spec.dual:
             # Measured on an H200 (bench/results/2026-11-30-run8): every dual "ws" kernel
             # hit an illegal address. TileLang 0.1.15 infers the split halves' fragment
