@@ -456,6 +456,12 @@ class WorkerProcess:
 # compiling in parallel
 
 
+def compile_worker_count(workers: int | None, n_candidates: int) -> int:
+    """Compile processes for ``n_candidates``: ``workers`` (default ``os.cpu_count()``), at
+    most one per candidate, at least one."""
+    return max(1, min(workers or os.cpu_count() or 1, n_candidates))
+
+
 def compile_candidates(candidates: Sequence[Candidate], workers: int | None = None, *,
                        device: str = "cuda", timeout_s: float = 300.0,
                        deadline: float | None = None, preload: Sequence[str] | None = None,
@@ -489,7 +495,7 @@ def compile_candidates(candidates: Sequence[Candidate], workers: int | None = No
     results: dict[int, CompileOutcome] = {}
     if not cands:
         return results
-    n_workers = max(1, min(workers or os.cpu_count() or 1, len(cands)))
+    n_workers = compile_worker_count(workers, len(cands))
     if preload is None:
         preload = ("tilelang",) if is_cuda(device) else ()
     todo: queue.Queue[int] = queue.Queue()
@@ -875,7 +881,9 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
             outcomes = {active[k]: o for k, o in sub.items()}
         t_compiled = time.monotonic()
         if stats is not None:
-            stats.update(compile_workers=compile_workers or os.cpu_count() or 1,
+            ran = compile and bool(active)
+            stats.update(compile_workers=compile_worker_count(compile_workers, len(active))
+                         if ran else 0,
                          compile_wall_s=round(t_compiled - t_start, 3),
                          compiled=sum(o.status == "ok" for o in outcomes.values()),
                          compile_failed=sum(o.status != "ok" for o in outcomes.values()),

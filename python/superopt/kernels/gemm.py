@@ -365,6 +365,26 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     return max(ring, c_stage) + rows + 1024 * n_buffers
 
 
+def _header_lines(s: GemmSpec, schedule: str) -> list[str]:
+    """``def build_<name>():``, its docstring (the spec and ``schedule``) and the
+    ``T.prim_func`` signature of :func:`gemm_source`, up to the body."""
+    b_shape = (s.batch, s.n, s.k) if s.b_layout == "nk" else (s.batch, s.k, s.n)
+    params = [f"A: T.Tensor({(s.batch, s.m, s.k)}, \"{s.dtype}\")",
+              f"B: T.Tensor({b_shape}, \"{s.dtype}\")"]
+    if s.dual:
+        params.append(f"B2: T.Tensor({b_shape}, \"{s.dtype}\")")
+    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"float32\")" for r in s.row_inputs]
+    params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
+    return [f"def build_{s.name}():",
+            f'    """{s.name}: GEMM batch={s.batch} m={s.m} n={s.n} k={s.k} B={s.b_layout} '
+            f'dual={s.dual} sumsq={s.a_row_sumsq}; {schedule}."""',
+            "",
+            "    @T.prim_func",
+            f"    def {s.name}(",
+            *(f"        {p}," for p in params),
+            "    ):"]
+
+
 def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
 
@@ -393,7 +413,6 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     bm, bn, bk = c.block_m, c.block_n, c.block_k
     nk = s.b_layout == "nk"
     concat = s.dual and c.dual_mode == "concat"
-    b_shape = (s.batch, s.n, s.k) if nk else (s.batch, s.k, s.n)
     # The shared B tile; with concat it holds [B | B2] side by side along n.
     b_n = 2 * bn if concat else bn
     b_tile = (b_n, bk) if nk else (bk, b_n)
@@ -403,29 +422,13 @@ def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     fields.update({r: f"{r}_s[i]" for r in s.row_inputs})
     epilogue = s.epilogue.format(**fields)
 
-    params = [f"A: T.Tensor({(s.batch, s.m, s.k)}, \"{s.dtype}\")",
-              f"B: T.Tensor({b_shape}, \"{s.dtype}\")"]
-    if s.dual:
-        params.append(f"B2: T.Tensor({b_shape}, \"{s.dtype}\")")
-    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"float32\")" for r in s.row_inputs]
-    params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
-
-    out: list[str] = []
+    out = _header_lines(s, f"tile {bm}x{bn}x{bk}, {c.stages} stages, {c.threads} consumer "
+                           f"threads, {c.policy}, swizzle {c.swizzle_panel}, store {c.store}, "
+                           f"dual {c.dual_mode}, persistent {c.persistent}")
 
     def emit(depth: int, text: str) -> None:
         out.append("    " * depth + text if text else "")
 
-    emit(0, f"def build_{s.name}():")
-    emit(1, f'"""{s.name}: GEMM batch={s.batch} m={s.m} n={s.n} k={s.k} B={s.b_layout} '
-            f'dual={s.dual} sumsq={s.a_row_sumsq}; tile {bm}x{bn}x{bk}, {c.stages} stages, '
-            f'{c.threads} consumer threads, {c.policy}, swizzle {c.swizzle_panel}, '
-            f'store {c.store}, dual {c.dual_mode}, persistent {c.persistent}."""')
-    emit(0, "")
-    emit(1, "@T.prim_func")
-    emit(1, f"def {s.name}(")
-    for p in params:
-        emit(2, p + ",")
-    emit(1, "):")
     m_blocks, n_blocks = _ceil_div(s.m, bm), _ceil_div(s.n, bn)
     if c.persistent:
         grid = min(s.batch * m_blocks * n_blocks, NUM_SMS)
@@ -553,7 +556,6 @@ def _ws_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     wgs = c.threads // 128
     ncons = c.threads
     nsteps = _ceil_div(s.k, bk)
-    b_shape = (s.batch, s.n, s.k) if nk_layout else (s.batch, s.k, s.n)
     b_tile = (st, bn, bk) if nk_layout else (st, bk, bn)
     tb = ", transpose_B=True" if nk_layout else ""
     fields = {"acc": "acc[i, j]"}
@@ -562,11 +564,6 @@ def _ws_source(spec: GemmSpec, cfg: GemmConfig) -> str:
     regs_acc = bm * bn // ncons
     # consumer share of the register file after the producer's 24 per thread
     nreg = min(240, (65536 - 128 * 24) // ncons // 8 * 8)
-
-    params = [f"A: T.Tensor({(s.batch, s.m, s.k)}, \"{s.dtype}\")",
-              f"B: T.Tensor({b_shape}, \"{s.dtype}\")"]
-    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"float32\")" for r in s.row_inputs]
-    params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
 
     def slot(i: str) -> str:
         return f"({i}) % {st}" if st > 1 else "0"
@@ -580,21 +577,12 @@ def _ws_source(spec: GemmSpec, cfg: GemmConfig) -> str:
         return f"B[bz, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
 
     mc = ", cluster_mask=0b11" if cm == 2 else ""
-    out: list[str] = []
+    out = _header_lines(s, f"tile {bm}x{bn}x{bk}, {st} stages, {c.threads} consumer threads, "
+                           f"schedule ws, cluster_m {cm}")
 
     def emit(depth: int, text: str) -> None:
         out.append("    " * depth + text if text else "")
 
-    emit(0, f"def build_{s.name}():")
-    emit(1, f'"""{s.name}: GEMM batch={s.batch} m={s.m} n={s.n} k={s.k} B={s.b_layout} '
-            f'dual=False; tile {bm}x{bn}x{bk}, {st} stages, {c.threads} consumer threads, '
-            f'schedule ws, cluster_m {cm}."""')
-    emit(0, "")
-    emit(1, "@T.prim_func")
-    emit(1, f"def {s.name}(")
-    for p in params:
-        emit(2, p + ",")
-    emit(1, "):")
     cluster = f", cluster_dims=(1, {cm}, 1)" if cm > 1 else ""
     emit(2, f"with T.Kernel({_ceil_div(s.n, bn)}, {_ceil_div(s.m, bm)}, {s.batch}, "
             f"threads={c.threads + 128}{cluster}) as (bx, by, bz):")
