@@ -4,7 +4,8 @@ open System Lake DSL
 /-!
 # The `superopt` Lake package
 
-* `lean_lib Superopt` (`Lean/Superopt.lean` and `Lean/Superopt/*.lean`), `linter.missingDocs` on;
+* `lean_lib Superopt` (`Lean/Superopt.lean` and `Lean/Superopt/{IR,Derive,Wire,Proofs}/*.lean`,
+  `Lean/Superopt/Ffi.lean`), `linter.missingDocs` on;
 * `lean_exe superopt` (`Lean/Main.lean`): `lake exe superopt attention`;
 * `lean_exe superopt_tests` (`LeanTests/Main.lean`), the test driver: `lake test`;
 * `lean_lib LeanTests` (`LeanTests/RulesTest.lean`): the law model and rule checks, built by

@@ -1,24 +1,34 @@
-import Superopt.Dag
-import Superopt.Dsl
-import Superopt.Workloads
-import Superopt.Msgpack
-import Superopt.Wire
-import Superopt.Plan
-import Superopt.Derive
+import Superopt.IR.Dag
+import Superopt.IR.Dsl
+import Superopt.IR.Workloads
+import Superopt.Wire.Msgpack
+import Superopt.Wire.Messages
+import Superopt.Derive.Plan
+import Superopt.Derive.Rules
+import Superopt.Derive.Enumerator
 import Superopt.Ffi
-import Superopt.Laws
-import Superopt.Semantics
-import Superopt.Rules
+import Superopt.IR.Laws
+import Superopt.IR.Semantics
+import Superopt.Proofs.RuleLemmas
+import Superopt.Proofs.Soundness
 
 /-!
 # Superopt: a Lean 4 → TileLang tensor-program superoptimizer
 
-The Lean half of the project: the DAG IR over named axes and its DSL (`Superopt.Dag`,
-`Superopt.Dsl`), the five reference workloads (`Superopt.Workloads`), the semantics over an
-abstract class of algebraic laws and the rewrite rules with their soundness theorems
-(`Superopt.Laws`, `Superopt.Semantics`, `Superopt.Rules`), the msgpack wire shared with the
-Python backend (`Superopt.Msgpack`, `Superopt.Wire`) and the FFI bridge to it
-(`Superopt.Ffi`). The executable `lake exe superopt` is `Lean/Main.lean`.
+The Lean half of the project, one folder per stage of the Python package
+(`python/superopt/{ir,derive,wire}`):
+
+* `Superopt.IR.*`: the DAG IR over named axes (`Dag`), its DSL (`Dsl`), the scalar laws (`Laws`),
+  the denotational semantics (`Semantics`) and the reference workloads (`Workloads`);
+* `Superopt.Derive.*`: kernel plans (`Plan`), the rewrite rules' sites and applications
+  (`Rules`) and the canonical enumerator (`Enumerator`);
+* `Superopt.Wire.*`: the msgpack codec (`Msgpack`) and the messages (`Messages`) shared with the
+  Python backend;
+* `Superopt.Proofs.*`: the lemmas behind the rules (`RuleLemmas`) and the soundness theorem of
+  each rule id (`Soundness`);
+* `Superopt.Ffi`: the FFI bridge to the backend.
+
+The executable `lake exe superopt` is `Lean/Main.lean`.
 
 This root module imports every module of the library.
 -/

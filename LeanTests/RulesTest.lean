@@ -1,4 +1,4 @@
-import Superopt.Rules
+import Superopt.Proofs.Soundness
 
 /-!
 # Tests of `Superopt.Laws`, `Superopt.Semantics` and `Superopt.Rules`

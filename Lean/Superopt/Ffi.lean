@@ -1,5 +1,5 @@
-import Superopt.Msgpack
-import Superopt.Wire
+import Superopt.Wire.Msgpack
+import Superopt.Wire.Messages
 
 /-!
 # The FFI bridge to the Python backend

@@ -1,5 +1,5 @@
-import Superopt.Dag
-import Superopt.Laws
+import Superopt.IR.Dag
+import Superopt.IR.Laws
 
 /-!
 # Denotational semantics of a `Superopt.Graph`

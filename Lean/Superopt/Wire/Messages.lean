@@ -1,5 +1,5 @@
-import Superopt.Dag
-import Superopt.Msgpack
+import Superopt.IR.Dag
+import Superopt.Wire.Msgpack
 
 /-!
 # The wire messages: graphs, derivations, requests and responses

@@ -1,4 +1,4 @@
-import Superopt.Dag
+import Superopt.IR.Dag
 
 /-!
 # The graph-building DSL

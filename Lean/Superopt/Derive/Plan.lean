@@ -1,4 +1,4 @@
-import Superopt.Dag
+import Superopt.IR.Dag
 
 /-!
 # Kernel plans: the state a derivation acts on

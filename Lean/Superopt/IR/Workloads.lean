@@ -1,4 +1,4 @@
-import Superopt.Dsl
+import Superopt.IR.Dsl
 
 /-!
 # The five reference workloads
