@@ -1,17 +1,19 @@
-"""Benchmark: the five workloads' top-1 kernels beside every peer, in one process on one GPU.
+"""Benchmark: top-1 kernels beside every peer, interleaved, over rounds in several processes.
 
     python bench/bench.py --top1 DIR [--workloads attention,matmul] [--dtype fp16]
-                          [--case attention:t_q=1000,t_kv=1000 ...] [--out FILE.json]
+                          [--case attention:t_q=1000,t_kv=1000 ...] [--rounds 5]
+                          [--processes 3] [--out FILE.json]
 
 ``DIR/<workload>/top1.py`` is the standalone module a ``superopt run ... --out DIR/<workload>``
-wrote (its derivation and configuration are in its header). For each workload: fresh random
-inputs (the workload's documented scales), the float64 reference on the GPU, our top-1
-checked (relative error) and timed per call and per CUDA-graph replay, every peer on the
-same inputs, and the roofline floor from the two ceilings measured here, first. Prints one
-table per workload and writes one JSON record (GPU, driver, versions, date, command) with a
-``workloads`` map: ``ours_us``, ``ours_call_us``, ``best_peer``, ``best_peer_us``,
-``ratio`` (best peer / ours), ``floor_us``, ``fraction_of_floor`` (ours / floor),
-``relerr`` and every peer (CUDA-graph µs unless named ``*_call_us``).
+wrote. For each workload, in a :class:`superopt.run.session.Session` (the same isolated
+worker the search uses): our top-1 and every peer that applies to the graph (eager,
+``torch.compile`` in both modes, cuBLAS / SDPA / FA4 where the structure matches; ``absent``
+when a library is not installed) are checked on fresh inputs, then timed **interleaved in
+randomised order** for ``--rounds`` rounds in each of ``--processes`` fresh worker
+processes (:meth:`Session.compare`, :func:`superopt.run.timing.compare`). Each round gives a
+ratio peer/ours; the record keeps every round and the median with its IQR and min–max; a
+median whose IQR straddles 1.0 is a tie. The roofline floor comes from the two ceilings
+measured in the same session.
 
 Not collected by pytest (bench/ is outside testpaths).
 """
@@ -29,66 +31,49 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 
-def bench_workload(name: str, top1: Path, dtype: str, sizes: dict, ceilings, timing) -> dict:
-    import torch
-
-    from superopt.peers import flops, min_bytes, run_peers, torch_dtype
-    from superopt.semantics import evaluate, random_inputs, relative_error
-    from superopt.timing import floor_us, measure, rotation_count, tensor_bytes
-    from superopt.tl import import_module_file
+def bench_workload(name: str, top1: Path, dtype: str, sizes: dict, rounds: int,
+                   processes: int) -> dict:
+    from superopt.ir import facts
+    from superopt.run.peers import peer_names
+    from superopt.run.records import Candidate
+    from superopt.run.session import Session
     from superopt.workloads import get_workload
 
     g = get_workload(name).graph(**sizes)
-    mod = import_module_file(top1, f"bench_top1_{name}")
-    if tuple(mod.OUTPUT_SHAPE) != g.output_shape:
-        raise SystemExit(f"{top1} was generated for output {mod.OUTPUT_SHAPE}, not "
-                         f"{g.output_shape}: run superopt for this case first")
-    dev = torch.device("cuda")
-    tdt = torch_dtype(dtype)
-    launch = mod.load(dev)
-    inputs = random_inputs(g, 1234, dtype=tdt, device=dev)
-    ref = evaluate(g, inputs)
-    out = torch.full(g.output_shape, float("nan"), dtype=tdt, device=dev)
-    args = [inputs[n] for n, _ in g.inputs]
-    launch(out, *args)
-    torch.cuda.synchronize()
-    relerr = relative_error(out, ref)
-    # rotate among input sets that together exceed 2x the L2 (as the runner's worker does)
-    n = rotation_count(tensor_bytes(inputs) + out.numel() * out.element_size(), device=dev)
-    rot = [inputs] + [random_inputs(g, 1234 + i, dtype=tdt, device=dev) for i in range(1, n)]
-    sets = [(torch.empty_like(out), *[r[k] for k, _ in g.inputs]) for r in rot]
-    t = measure(launch, rotate=sets, config=timing, device=dev)
-    peers = run_peers(name, inputs, ref, rotate=rot, timing=timing)
-    fl, nb = flops(name, g.sizes), min_bytes(name, g.sizes, dtype)
-    floor = floor_us(fl, nb, ceilings)
-    ok = [p for p in peers if p.status == "ok" and p.graph_us]
-    best = min(ok, key=lambda p: p.graph_us) if ok else None
-    rec = {"case": g.sizes, "module": str(top1.relative_to(ROOT) if top1.is_relative_to(ROOT) else top1),
-           "header": (mod.__doc__ or "").strip().splitlines()[0],
-           "rotation_sets": n, "ours_us": t.graph_us, "ours_call_us": t.call_us, "relerr": relerr,
-           "best_peer": best.name if best else None, "best_peer_us": best.graph_us if best else None,
-           "ratio": (best.graph_us / t.graph_us) if best and t.graph_us else None,
-           "floor_us": floor, "fraction_of_floor": (t.graph_us / floor) if t.graph_us else None,
-           "tflops": fl / (t.graph_us * 1e-6) / 1e12 if t.graph_us else None,
-           "peers": {p.name: {"graph_us": p.graph_us, "call_us": p.call_us, "relerr": p.relerr,
-                              "status": p.status} for p in peers}}
-    del launch, out, inputs
-    torch.cuda.empty_cache()
-    return rec
+    cand = Candidate("top1", "top1", {}, str(top1), f"bench-{name}")
+    with Session(g, dtype=dtype, device="cuda") as s:
+        check = s.check(cand, time_it=False)
+        peers = s.peers(time_it=False)  # which peers run and are correct here
+        good = [p.name for p in peers if p.status == "ok"]
+        comp = s.compare([cand], good, rounds=rounds, processes=processes)
+        ceilings = s.ceilings()
+    floor = ceilings.floor_us(facts.flops(g), facts.min_bytes(g, dtype))
+    ours = comp.median_us("top1")
+    best = comp.best_peer()
+    summary = {p: comp.summary(p, "top1") for p in good}
+    return {"case": g.sizes, "module": str(top1), "relerr": check.relerr,
+            "check_status": check.status, "ours_us": ours, "best_peer": best,
+            "best_peer_us": comp.median_us(best) if best else None,
+            "ratio": summary[best] if best else None, "floor_us": floor,
+            "fraction_of_floor": ours / floor if ours else None,
+            "peers": {p.name: {"status": p.status, "relerr": p.relerr, "error": p.error}
+                      for p in peers},
+            "ratios": summary, "comparison": comp.to_dict(), "ceilings": ceilings.to_dict(),
+            "peer_names": peer_names(g)}
 
 
 def print_table(results: dict) -> None:
     def f(x, spec=".1f"):
         return format(x, spec) if isinstance(x, (int, float)) else "-"
-    print(f"{'workload':12s} {'ours µs':>8s} {'call µs':>8s} {'best peer':>26s} {'peer µs':>8s} "
-          f"{'ratio':>6s} {'floor':>7s} {'/floor':>6s} {'relerr':>8s}")
+    print(f"{'workload':12s} {'ours µs':>8s} {'best peer':>32s} {'peer µs':>8s} {'ratio':>6s} "
+          f"{'IQR':>13s} {'verdict':>7s} {'/floor':>6s} {'relerr':>8s}")
     for name, r in results.items():
-        print(f"{name:12s} {f(r['ours_us']):>8s} {f(r['ours_call_us']):>8s} "
-              f"{str(r['best_peer']):>26s} {f(r['best_peer_us']):>8s} {f(r['ratio'], '.3f'):>6s} "
-              f"{f(r['floor_us']):>7s} {f(r['fraction_of_floor'], '.3f'):>6s} "
+        s = r["ratio"] or {}
+        print(f"{name:12s} {f(r['ours_us']):>8s} {str(r['best_peer']):>32s} "
+              f"{f(r['best_peer_us']):>8s} {f(s.get('median'), '.3f'):>6s} "
+              f"{f(s.get('q1'), '.3f') + '-' + f(s.get('q3'), '.3f'):>13s} "
+              f"{s.get('verdict', '-'):>7s} {f(r['fraction_of_floor'], '.3f'):>6s} "
               f"{f(r['relerr'], '.1e'):>8s}")
-        peers = "  ".join(f"{n} {f(p['graph_us'])}/{f(p['call_us'])}" for n, p in r["peers"].items())
-        print(f"{'':12s} peers (graph/call µs): {peers}")
 
 
 def main(argv=None) -> int:
@@ -98,13 +83,14 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--case", action="append", default=[],
                    help="workload:k=v,... (default: the reference case)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per process")
+    p.add_argument("--processes", type=int, default=3, help="fresh worker processes")
     p.add_argument("--out", type=Path, help="JSON record (default bench/results/bench-<date>.json)")
     args = p.parse_args(argv)
 
     import torch
 
-    from superopt.runner import environment_record
-    from superopt.timing import TimingConfig, measure_ceilings
+    from superopt.run.environment import environment_record
     from superopt.workloads import parse_case
 
     if not torch.cuda.is_available():
@@ -115,25 +101,22 @@ def main(argv=None) -> int:
     for c in args.case:
         w, _, spec = c.partition(":")
         cases[w] = parse_case(spec)
-    timing = TimingConfig()
     t0 = time.time()
-    ceilings = measure_ceilings("cuda")
     results = {}
     for name in args.workloads.split(","):
         top1 = args.top1 / name / "top1.py"
         if not top1.exists():
             print(f"bench: {top1} missing; skipping {name}", file=sys.stderr)
             continue
-        results[name] = bench_workload(name, top1, dtype, cases.get(name, {}), ceilings, timing)
+        results[name] = bench_workload(name, top1, dtype, cases.get(name, {}), args.rounds,
+                                       args.processes)
     record = {"environment": environment_record("cuda"), "dtype": dtype,
               "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
-              "ceilings": ceilings.to_dict(), "seconds": round(time.time() - t0, 1),
-              "workloads": results}
+              "rounds": args.rounds, "processes": args.processes,
+              "seconds": round(time.time() - t0, 1), "workloads": results}
     out = args.out or ROOT / "bench" / "results" / f"bench-{time.strftime('%Y-%m-%d')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    print(f"ceilings: {ceilings.matmul_tflops:.0f} TFLOP/s fp16 matmul, "
-          f"{ceilings.copy_tb_per_s:.2f} TB/s copy ({record['environment'].get('gpu')})")
     print_table(results)
     print(f"wrote {out}")
     return 0

@@ -7,8 +7,8 @@ Usage::
 
 Phase 1 (parallel, ``--workers`` at a time, 12 by default): every job -- one
 (spec, config) pair -- runs in its own Python subprocess that generates the source
-(:func:`superopt.kernels.attention.attention_source`), compiles it through TileLang
-(:func:`superopt.tl.compile_kernel`, which also fills TileLang's on-disk kernel cache) and
+(:func:`superopt.lower.kernels.attention.attention_source`), compiles it through TileLang
+(:func:`superopt.lower.tl.compile_kernel`, which also fills TileLang's on-disk kernel cache) and
 checks it on fresh random inputs against a float64 torch reference: relative Frobenius
 error <= 2e-3 (8e-3 for bfloat16, whose output rounding alone is ~1e-3), no NaN/Inf, the
 output tensor poisoned with NaN before each call so that an unwritten element fails. Each
@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-from superopt.kernels.attention import (  # noqa: E402
+from superopt.lower.kernels.attention import (  # noqa: E402
     AttentionConfig,
     AttentionSpec,
     attention_config_space,
@@ -83,7 +83,7 @@ def _module_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
 
 def _load_kernel(spec: AttentionSpec, cfg: AttentionConfig, src_dir: Path, tag: str):
     """Write the module, import it, build the prim_func and compile it (cache-backed)."""
-    from superopt import tl
+    from superopt.lower import tl
 
     path = src_dir / f"{tag}.py"
     text = _module_source(spec, cfg)

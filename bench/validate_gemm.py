@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 from superopt.errors import LoweringError  # noqa: E402
-from superopt.kernels.gemm import (GemmConfig, GemmSpec, check_config,  # noqa: E402
+from superopt.lower.kernels.gemm import (GemmConfig, GemmSpec, check_config,  # noqa: E402
                                    gemm_config_space, gemm_source)
-from superopt.kernels.rowwise import (ElementwiseSpec, RowReduceSpec,  # noqa: E402
+from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowReduceSpec,  # noqa: E402
                                       elementwise_source, row_config_space, rowreduce_source)
 
 HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"
@@ -207,7 +207,7 @@ def _target():
 
 
 def _load_kernel(path: str, builder: str, target=None):
-    from superopt import tl
+    from superopt.lower import tl
 
     module = tl.import_module_file(path)
     return tl.compile_kernel(getattr(module, builder)(), target=target or _target())

@@ -6,7 +6,7 @@ Builds TileLang GEMMs for matmul (m=1024, n=4096, k=4096) and the swiglu dual GE
 (m=1024, n=2048, k=2048) under TileLang's own warp-specialised pipeline, with and without
 TMA multicast inside a 2-CTA cluster (``T.copy_cluster(..., cluster_mask=0b11)``: CTAs that
 share an A row panel (cluster along n) or a B column panel (cluster along m) load it from
-L2 once). Each is checked against torch and timed with superopt.timing.measure (CUDA-graph
+L2 once). Each is checked against torch and timed with superopt.run.timing.measure (CUDA-graph
 replay, inputs rotated over > 2x L2) beside cuBLAS (torch.mm) in the same process.
 
 Caveat, read from the generated CUDA: TileLang 0.1.15's pipeline waits only on the issuing
@@ -30,15 +30,15 @@ import tilelang  # noqa: E402
 import tilelang.language as T  # noqa: E402
 import torch  # noqa: E402
 
-from superopt.timing import TimingConfig, measure, rotation_count  # noqa: E402
+from superopt.run.timing import TimingConfig, measure, rotation_count  # noqa: E402
 
 
 def make_ws(M, N, K, bm, bn, bk, stages, cluster_m, dual=False):
-    """superopt's own "ws" schedule (superopt.kernels.gemm) for the same GEMM."""
+    """superopt's own "ws" schedule (superopt.lower.kernels.gemm) for the same GEMM."""
     import tempfile
 
-    from superopt.kernels.gemm import GemmConfig, GemmSpec, gemm_source
-    from superopt.tl import import_module_file
+    from superopt.lower.kernels.gemm import GemmConfig, GemmSpec, gemm_source
+    from superopt.lower.tl import import_module_file
 
     epi = "{acc} * T.sigmoid({acc}) * {acc2}" if dual else "{acc}"
     spec = GemmSpec(1, M, N, K, "kn", dual=dual, epilogue=epi, name="ws_gemm")

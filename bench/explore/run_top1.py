@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "python"))
 def main() -> int:
     import torch
 
-    from superopt.semantics import evaluate, random_inputs, relative_error
-    from superopt.tl import import_module_file
+    from superopt.ir.semantics import evaluate, random_inputs, relative_error
+    from superopt.lower.tl import import_module_file
     from superopt.workloads import get_workload
 
     name = sys.argv[1]

@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping
 
 from . import wire
 from .errors import SuperoptError
+from .wire.codec import _exc_text
 
 #: Returned if even the error response cannot be encoded (never expected).
 _FALLBACK = wire.encode({"v": wire.WIRE_VERSION, "kind": "error",
@@ -90,7 +91,7 @@ def _response(source: str, build: Callable[[Any], dict], value: Any) -> dict:
         wire.encode(out)
         return out
     except Exception as e:
-        detail = str(e) if isinstance(e, SuperoptError) else wire._exc_text(e)
+        detail = str(e) if isinstance(e, SuperoptError) else _exc_text(e)
         raise SuperoptError(f"{source} returned a value with no wire form: {detail}") from None
 
 

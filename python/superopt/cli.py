@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .errors import CaseError, NoCudaError, OutOfMemoryError, SuperoptError, from_exception
-from .workloads import WORKLOADS, get_workload, parse_case
+from .ir.workloads import WORKLOADS, get_workload, parse_case
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NO_CUDA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 #: Error kinds that are the input's fault: exit status 2 (the graph kinds come from a bad
@@ -119,6 +119,8 @@ def cmd_workloads(args) -> int:
 
 def cmd_derive(args) -> int:
     from .derive import DEFAULT_MAX_DEPTH, derive_all, find
+    from .lower import match_plan
+    from .errors import LoweringError
     from .wire import derivation_to_wire
     if args.show and not args.out:
         raise CaseError("--show needs --out FILE.png", path="--out")
@@ -144,73 +146,76 @@ def cmd_derive(args) -> int:
             return EXIT_FAILURE
         print(f"wrote {path}")
         return 0
+    lowered = []
+    for d in derived:
+        try:
+            lowered.append((d, match_plan(d.plan)))
+        except LoweringError:
+            continue
     if args.json:
-        doc = {"workload": g.name, "case": g.sizes, "derivations": []}
-        for d in derived:
+        doc = {"workload": g.name, "case": g.sizes, "derivations_total": len(derived),
+               "derivations": []}
+        for d, m in lowered:
             w = derivation_to_wire(d.derivation)
-            doc["derivations"].append({"id": w["id"], "kernels": len(d.plan.kernels),
-                                       "steps": w["steps"]})
+            doc["derivations"].append({"id": w["id"], "kernels": len(m.kernels),
+                                       "families": list(m.families), "steps": w["steps"]})
         print(json.dumps(doc, indent=1))
         return 0
-    from .lower import match_kernel
-    print(f"{len(derived)} derivation{'s' if len(derived) != 1 else ''} of {g.name} {g.sizes} "
-          "(tile_parallel / stream_reduction completion steps not shown; --json lists all)")
-    for d in derived:
-        fams = [match_kernel(d.plan, k).family for k in range(len(d.plan.kernels))]
+    print(f"{len(lowered)} lowerable derivation{'s' if len(lowered) != 1 else ''} of "
+          f"{len(derived)} of {g.name} {g.sizes} (tile_parallel / stream_reduction completion "
+          "steps not shown; --json lists all)")
+    for d, m in lowered:
         steps = [f"{s.rule}{list(s.site)}" for s in d.derivation.steps
                  if s.rule not in ("tile_parallel", "stream_reduction")]
-        print(f"  {d.derivation.id:>5}  {len(fams)} kernel(s) [{', '.join(fams)}]  "
+        print(f"  {d.derivation.id:>5}  {len(m.kernels)} kernel(s) [{', '.join(m.families)}]  "
               f"{' → '.join(steps) or '(literal graph)'}")
     return 0
 
 
+def _check_out_dir(out: str | None) -> Path | None:
+    """Create ``--out`` and prove it writable before any work (typed error if not)."""
+    if not out:
+        return None
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise CaseError(f"{out!r} exists and is not a directory", path="--out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".superopt-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise CaseError(f"cannot write to {out!r}: {e.strerror or e}", path="--out") from None
+    return path
+
+
 def cmd_run(args) -> int:
     g = _graph(args)  # bad input (2), then no CUDA (3), fail before the heavy imports
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CaseError(f"{args.out!r} exists and is not a directory", path="--out")
     if not args.dry_run:
-        if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-            raise CaseError(f"{args.out!r} exists and is not a directory", path="--out")
         import torch
         if not torch.cuda.is_available():
             raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run "
                               "to derive and lower without one", path="device")
-    from .lower import DTYPES
-    from .search import lower_to_cuda_all, plan_candidates, tune
-    dtype = DTYPES[args.dtype]
+    out = _check_out_dir(args.out)
+    from .dtypes import dtype
+    from .report import print_table, write_outputs
+    from .search import dry_run, tune
+    dt = dtype(args.dtype).name
+    command = "superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.dry_run:
-        t0 = time.time()
-        planned, derived = plan_candidates(g, dtype=dtype, budget=args.budget)
-        print(f"{g.name} {g.sizes} {dtype}: {len(derived)} derivations, {len(planned)} "
-              f"candidates chosen (budget {args.budget}); lowering to CUDA C for sm_90a ...",
-              flush=True)
-        errors = lower_to_cuda_all(planned)
-        ok = [c for c in planned if errors.get(c.id) is None]
-        for c in planned:
-            steps = [s.rule for s in c.derived.derivation.steps
-                     if s.rule not in ("tile_parallel", "stream_reduction")]
-            status = "lowered" if errors.get(c.id) is None else f"FAILED: {errors[c.id]}"
-            cfg = " ".join(f"{k}={v}" for k, v in c.config.items() if k.split(".")[-1] in
-                           ("block_m", "block_n", "block_k", "stages", "threads", "schedule", "cluster_m"))
-            print(f"  {c.id:>4} {c.derived.derivation.id:>5} est {c.estimate_us:8.1f} µs  "
-                  f"{' → '.join(steps) or '(literal)'}  [{cfg}]  {status}")
-        from .lower import cache_dir
-        print(f"modules: {cache_dir()}")
-        print(f"lowered {len(ok)}/{len(planned)} candidates to CUDA C in {time.time() - t0:.1f} s "
-              "(dry run: no GPU used; timing needs CUDA)")
-        return 0 if len(ok) == len(planned) else 1
-    if args.out:
-        try:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CaseError(f"cannot create directory {args.out!r}: {e.strerror or e}",
-                            path="--out") from None
-    record = tune(g, dtype=dtype, budget=args.budget, budget_s=args.time_budget,
-                  out_dir=args.out, progress=not args.no_progress, peers=not args.no_peers,
-                  command="superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    from .report import print_table
+        record = dry_run(g, dtype=dt, budget=args.budget, command=command)
+    else:
+        record = tune(g, dtype=dt, budget=args.budget, budget_s=args.time_budget,
+                      progress=not args.no_progress, peers=not args.no_peers, command=command)
     print_table(record)
-    if args.out:
-        print(f"wrote {args.out}/record.json, report.md" + (", top1.py" if "top1" in record else ""))
-    return 0 if "top1" in record else 1
+    if out is not None:
+        paths = write_outputs(record, out)
+        print(f"wrote {', '.join(str(p) for p in paths)}")
+    if args.dry_run:
+        return 0 if all(c.status == "lowered" for c in record.candidates) else 1
+    return 0 if record.top1 is not None else 1
 
 
 def _stdout_gone() -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .dag import LEAF_OPS
-from .plan import Plan, initial_plan, placement
-from .rules import RULES
-from .wire import Derivation
+from .derive.derivation import Derivation
+from .derive.plan import Plan, initial_plan, placement
+from .derive.rules import RULES
+from .ir.dag import LEAF_OPS
 
 _COLOURS = {"global": "#f4b183", "shared": "#9dc3e6", "fragment": "#c5e0b4"}
 

@@ -1,268 +1,258 @@
 """The main job: derive, lower, compile, check and time candidates; rank them beside the peers.
 
-``tune`` is what ``superopt run WORKLOAD`` and the bridge's ``tune`` request call:
+:func:`tune` is what ``superopt run`` and the bridge's ``tune`` request call; :func:`dry_run`
+does everything but compile-and-time (no GPU needed):
 
-1. derive every lowerable plan (:func:`superopt.derive.derive_all`);
+1. derive every plan (:func:`superopt.derive.derive_all`) and match each to its kernel
+   families once (:func:`superopt.lower.match_plan`); plans no family expresses are left out;
 2. rank plans by a roofline estimate (:func:`estimate_us`) and give the budget out
    best-first: the best plan gets half the candidates, the next a quarter, ... (at least
    one each), each plan's configurations in its configuration space's own order; plans that
-   lower to identical code are tried once;
+   lower to identical kernels are tried once;
 3. lower each candidate to a module file (content-hashed cache);
 4. compile in parallel processes, check against the float64 reference on fresh inputs and
-   time in an isolated worker (:func:`superopt.runner.run_candidates`);
-5. time the peers and measure the two ceilings in the same worker, on the same GPU;
-6. return a record (JSON-ready dict) with everything, ranked.
+   time in an isolated worker (:func:`superopt.run.engine.run_candidates`);
+5. time the peers, then the leaders against every correct peer interleaved in randomised
+   order over several rounds (:meth:`superopt.run.session.Session.compare`), and measure the
+   two ceilings, all in the same worker, on the same GPU;
+6. return a :class:`~superopt.record.RunRecord` (typed; ``to_json()`` for ``record.json``).
+
+Owns: the order of the stages and the budget. Reads every stage's records; imported by the
+CLI, the bridge and the report.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from .dag import Graph
-from .derive import Derived, derive_all
-from .errors import LoweringError
-from .lower import (KernelLowering, config_space, lower_plan, match_kernel, storage_dtype)
-from .plan import Plan
+from .derive.derivation import Derivation, Derived
+from .derive.enumerator import DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, derive_all, replay
+from .dtypes import dtype_name, itemsize, storage_dtype as _storage
+from .errors import DerivationError, LoweringError
+from .ir.dag import Graph
+from .lower.config import config_space
+from .lower.lowering import KernelLowering, PlanMatch, storage_dtype
+from .lower.match import match_plan
+from .lower.module import lower_plan, module_header
+from .lower.target import HOPPER, Target
+from .record import CandidateRecord, PlannedCandidate, RunRecord
+from .report import write_outputs
+from .run.records import Comparison, PeerResult, TimingConfig
 
-#: Model ceilings for ranking plans before anything runs (measured on one H200,
-#: WORKLOADS.md: 713 TFLOP/s fp16 matmul, 4.27 TB/s copy) and a per-launch cost.
-MODEL_TFLOPS = 713.0
-MODEL_TB_PER_S = 4.27
-MODEL_LAUNCH_US = 2.0
 
-_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# -- estimate and planning --------------------------------------------------------------------
 
-
-def kernel_bytes(plan: Plan, kl: KernelLowering, dtype: str) -> int:
+def kernel_bytes(match: PlanMatch, kl: KernelLowering) -> int:
     """Bytes kernel ``kl`` must move: each tensor it reads once, its output written once."""
+    plan, dtype = match.plan, match.dtype
     g = plan.graph
     total = 0
-    for nid, _ in kl.params:
-        total += math.prod(g.shape(nid)) * _BYTES[storage_dtype(plan, nid, dtype)]
-    total += math.prod(g.shape(kl.output)) * _BYTES[storage_dtype(plan, kl.output, dtype)]
+    for nid in [*(nid for nid, _ in kl.params), kl.output]:
+        total += math.prod(g.shape(nid)) * itemsize(storage_dtype(plan, nid, dtype))
     return total
 
 
-def estimate_us(plan: Plan, dtype: str = "float16") -> float:
-    """Roofline estimate of a plan: Σ over kernels of max(FLOPs/peak, bytes/bandwidth) + launch.
-
-    Uses :data:`MODEL_TFLOPS` and :data:`MODEL_TB_PER_S` (measured ceilings, WORKLOADS.md).
-    """
+def estimate_us(match: PlanMatch, target: Target = HOPPER) -> float:
+    """Roofline estimate of a matched plan: Σ over kernels of max(FLOPs/peak,
+    bytes/bandwidth) + the launch cost, with the target's model rates."""
     total = 0.0
-    for k in range(len(plan.kernels)):
-        kl = match_kernel(plan, k, dtype)
-        t_flops = kl.flops / (MODEL_TFLOPS * 1e12) * 1e6
-        t_bytes = kernel_bytes(plan, kl, dtype) / (MODEL_TB_PER_S * 1e12) * 1e6
-        total += max(t_flops, t_bytes) + MODEL_LAUNCH_US
+    for kl in match.kernels:
+        t_flops = kl.flops / (target.model_tflops * 1e12) * 1e6
+        t_bytes = kernel_bytes(match, kl) / (target.model_tb_per_s * 1e12) * 1e6
+        total += max(t_flops, t_bytes) + target.launch_us
     return total
 
 
 @dataclass
-class PlannedCandidate:
-    """A candidate before it runs: derivation, configuration, module and estimate."""
+class Plans:
+    """What the planning stage found: every derivation, the lowerable ones matched, the
+    candidates chosen, and whether the enumerator stopped at a cap."""
 
-    id: str
-    derived: Derived
-    config: dict
-    module_path: str
-    source_hash: str
-    estimate_us: float
+    derived: list[Derived]
+    matched: list[tuple[Derived, PlanMatch]]
+    candidates: list[PlannedCandidate]
+    capped: str | None = None
 
 
 def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
-                    derived: list[Derived] | None = None,
-                    directory: Path | None = None) -> tuple[list[PlannedCandidate], list[Derived]]:
+                    derived: list[Derived] | None = None, directory: Path | None = None,
+                    max_depth: int = DEFAULT_MAX_DEPTH,
+                    max_plans: int = DEFAULT_MAX_PLANS) -> Plans:
     """Choose and lower up to ``budget`` candidates, best-first (see the module docstring).
 
-    Returns:
-        (candidates, all derivations).
+    Raises:
+        CaseError: an unknown dtype.
     """
-    derived = derived if derived is not None else derive_all(graph)
-    scored = []
+    dtype = _storage(dtype).name
+    capped = None
+    if derived is None:
+        derived = derive_all(graph, max_depth, max_plans)
+        if len(derived) >= max_plans:
+            capped = f"the enumerator stopped at max_plans={max_plans}"
+    matched: list[tuple[Derived, PlanMatch]] = []
     for d in derived:
         try:
-            scored.append((estimate_us(d.plan, dtype), d))
+            matched.append((d, match_plan(d.plan, dtype)))
         except LoweringError:
             continue
-    scored.sort(key=lambda t: t[0])
-    # plans whose kernels lower to the same specs are the same code: keep the first
+    scored = sorted(((estimate_us(m), i, d, m) for i, (d, m) in enumerate(matched)),
+                    key=lambda t: (t[0], t[1]))
     unique, seen_specs = [], set()
-    for est, d in scored:
-        key = tuple(repr(match_kernel(d.plan, k, dtype).spec) for k in range(len(d.plan.kernels)))
-        if key not in seen_specs:
-            seen_specs.add(key)
-            unique.append((est, d))
+    for est, _, d, m in scored:  # plans whose kernels lower to the same specs: the first
+        if m.spec_key() not in seen_specs:
+            seen_specs.add(m.spec_key())
+            unique.append((est, d, m))
     out: list[PlannedCandidate] = []
     remaining = budget
     seen_src: set[str] = set()
-    for i, (est, d) in enumerate(unique):
+    for i, (est, d, m) in enumerate(unique):
         if remaining <= 0:
             break
         share = max(1, remaining // 2) if i + 1 < len(unique) else remaining
-        for cfg in config_space(d.plan, dtype, limit=share):
-            header = (f"Generated by superopt: {graph.name} {dict(graph.sizes)} {dtype}, "
-                      f"derivation {d.derivation.id} "
-                      f"({', '.join(s.rule for s in d.derivation.steps)}).")
+        header = module_header(graph, d.derivation, dtype)
+        for cfg in config_space(m, limit=share):
             try:
-                mod = lower_plan(d.plan, cfg, dtype=dtype, header=header, directory=directory)
+                mod = lower_plan(m, cfg, header=header, directory=directory)
             except LoweringError:
                 continue
             if mod.source_hash in seen_src:
                 continue
             seen_src.add(mod.source_hash)
-            out.append(PlannedCandidate(f"c{len(out)}", d, cfg, str(mod.path), mod.source_hash, est))
+            out.append(PlannedCandidate(f"c{len(out)}", d, m, cfg, str(mod.path),
+                                        mod.source_hash, est))
             remaining -= 1
             if remaining <= 0:
                 break
-    return out, derived
+    return Plans(derived, matched, out, capped)
 
 
-def lower_to_cuda_all(candidates: list[PlannedCandidate], workers: int | None = None,
-                      progress: bool = True) -> dict[str, str | None]:
-    """Lower every candidate's kernels to CUDA C for sm_90a (no GPU) in parallel processes.
+# -- the main job -----------------------------------------------------------------------------
+
+def _command(command: str | None) -> str:
+    return command or " ".join(shlex.quote(a) for a in sys.argv)
+
+
+def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
+            command: str | None = None, workers: int | None = None,
+            on_done: Any = None, plans: Plans | None = None) -> RunRecord:
+    """Derive, match, choose and lower every candidate to CUDA C for sm_90a, without a GPU.
 
     Returns:
-        candidate id → ``None`` if it lowered, else the error text.
+        A :class:`RunRecord` of mode ``"dry-run"``: each candidate's estimate and its CUDA C
+        (or the error that stopped it).
     """
-    from concurrent.futures import ProcessPoolExecutor
-    import multiprocessing as mp
-    workers = workers or max(1, min(len(candidates), os.cpu_count() or 1))
-    results: dict[str, str | None] = {}
-    ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futs = {c.id: pool.submit(_lower_module_to_cuda, c.module_path) for c in candidates}
-        for cid, fut in futs.items():
-            try:
-                results[cid] = fut.result()
-            except Exception as e:  # a crashed pool process
-                results[cid] = f"{type(e).__name__}: {e}"
-    return results
+    from .run.environment import environment_record
+    from .run.pool import lower_candidates
 
-
-def _lower_module_to_cuda(path: str) -> str | None:
-    from . import tl
-    from .lower import prim_funcs
-    try:
-        mod = tl.import_module_file(path)
-        for fn in prim_funcs(mod).values():
-            tl.lower_to_cuda(fn)
-    except Exception as e:  # noqa: BLE001 - reported per candidate
-        return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-    return None
+    t0 = time.monotonic()
+    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget)
+    t_plan = time.monotonic() - t0
+    outcomes = lower_candidates([c.candidate() for c in plans.candidates], workers,
+                                on_done=on_done)
+    recs = [CandidateRecord(c, lowered=outcomes.get(i)) for i, c in enumerate(plans.candidates)]
+    rec = RunRecord(graph, _storage(dtype).name, "dry-run", _command(command),
+                    environment_record(None), len(plans.derived), len(plans.matched), recs,
+                    search_cost={"plan_s": round(t_plan, 2),
+                                 "lower_s": round(time.monotonic() - t0 - t_plan, 2)})
+    if plans.capped:
+        rec.notes.append(plans.capped)
+    return rec
 
 
 def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
-         device: str = "cuda", out_dir: str | None = None, progress: bool = True,
-         command: str | None = None, peers: bool = True, timing: Any = None,
-         derived: list[Derived] | None = None, final_rounds: int = 3) -> dict:
-    """Run the main job on ``graph`` and return its record (see the module docstring).
+         device: str = "cuda", progress: bool = True, command: str | None = None,
+         peers: bool = True, timing: TimingConfig | None = None,
+         derived: list[Derived] | None = None, plans: Plans | None = None,
+         final_rounds: int = 3, final_processes: int = 1, leaders: int = 3) -> RunRecord:
+    """Run the main job on ``graph`` and return its :class:`RunRecord`.
 
     Args:
         derived: the derivations to search (default: :func:`derive_all` of ``graph``).
-        final_rounds: rounds of the interleaved re-timing of the leaders against the best
-            peers (:func:`final_round`); 0 skips it.
+        plans: the planned candidates (default: :func:`plan_candidates`).
+        final_rounds: rounds of the interleaved comparison of the ``leaders`` fastest
+            candidates with every correct peer (0 skips it);
+            ``final_processes`` worker processes of those rounds each.
 
     Raises:
         NoCudaError: no CUDA GPU (before anything is compiled).
     """
-    from .peers import flops as workload_flops, min_bytes
-    from .runner import Candidate, Runner, run_candidates
-    from .timing import floor_us
+    from .run.engine import run_candidates
+    from .run.session import Session, require_cuda
 
-    import torch
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        from .errors import NoCudaError
-        raise NoCudaError("timing needs a CUDA GPU and torch sees none here", path="device")
-    t0 = time.time()
-    planned, derived = plan_candidates(graph, dtype=dtype, budget=budget, derived=derived)
-    by_id = {c.id: c for c in planned}
-    t_plan = time.time() - t0
+    require_cuda(device)
+    t0 = time.monotonic()
+    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived)
+    t_plan = time.monotonic() - t0
+    dtype = dtype_name(dtype)
+    by_id = {c.id: c for c in plans.candidates}
     stats: dict[str, Any] = {}
-    with Runner(graph, dtype=dtype, device=device, timing=timing) as runner:
-        env = runner.environment()
-        results = run_candidates(
-            graph, [Candidate(c.id, c.derived.derivation.id, c.config, c.module_path,
-                              c.source_hash) for c in planned],
-            dtype=dtype, device=device, budget_s=budget_s, progress=progress, runner=runner,
-            timing=timing, stats=stats)
-        t_search = time.time() - t0
-        peer_results = runner.peers() if peers else []
-        final = final_round(runner, results, peer_results,
-                            {c.id: c.module_path for c in planned},
-                            rounds=final_rounds) if final_rounds else {}
+    comparison = None
+    with Session(graph, dtype=dtype, device=device, timing=timing) as session:
+        env = session.environment()
+        results = run_candidates(graph, [c.candidate() for c in plans.candidates], dtype=dtype,
+                                 device=device, budget_s=budget_s, progress=progress,
+                                 session=session, timing=timing, stats=stats)
+        peer_results = session.peers() if peers else []
+        lead = [r for r in results if r.status == "ok"][:leaders]
+        good = [p.name for p in peer_results if p.status == "ok"]
+        notes = []
+        if final_rounds and lead:
+            try:
+                comparison = session.compare([by_id[r.id].candidate() for r in lead], good,
+                                             rounds=final_rounds, processes=final_processes)
+            except Exception as e:  # noqa: BLE001 - the search's own times still stand
+                notes.append(f"final comparison failed: {e}")
         try:
-            ceilings = runner.ceilings()
+            ceilings = session.ceilings()
         except Exception as e:  # noqa: BLE001 - recorded, the run still reports
             ceilings = None
-            env["ceilings_error"] = str(e)
-    sizes = graph.sizes
-    record: dict[str, Any] = {
-        "workload": graph.name, "case": sizes, "dtype": dtype,
-        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
-        "environment": env, "derivations": len(derived), "candidates": [],
-        "search_s": round(t_search, 2),
-        "search_cost": search_cost(stats, t_plan),
-    }
-    try:
-        fl, nbytes = workload_flops(graph.name, sizes), min_bytes(graph.name, sizes, dtype)
-    except (KeyError, ValueError):
-        fl = nbytes = None
-    if ceilings is not None:
-        c = ceilings if isinstance(ceilings, dict) else ceilings.to_dict()
-        record["ceilings"] = c
-        if fl is not None:
-            from .timing import Ceilings
-            ce = ceilings if not isinstance(ceilings, dict) else Ceilings(**ceilings)
-            record["floor_us"] = floor_us(fl, nbytes, ce)
-    record["flops"], record["min_bytes"] = fl, nbytes
-    for r in results:
-        pc = by_id[r.id]
-        d = r.to_dict()
-        d["steps"] = [s.rule for s in pc.derived.derivation.steps]
-        d["kernels"] = len(pc.derived.plan.kernels)
-        d["estimate_us"] = round(pc.estimate_us, 2)
-        d["module_path"] = pc.module_path
-        if fl and r.time_us:
-            d["tflops"] = fl / (r.time_us * 1e-6) / 1e12
-        record["candidates"].append(d)
-    record["peers"] = [p.to_dict() if hasattr(p, "to_dict") else dict(p) for p in peer_results]
-    _apply_final(record, final)
-    ok = [c for c in record["candidates"] if c["status"] == "ok"]
-    if ok:
-        top = ok[0]
-        record["top1"] = top["id"]
-        if top.get("done_s") is not None:
-            # derive + plan + compile + check up to the moment the top-1 was measured
-            record["search_cost"]["time_to_top1_s"] = round(t_plan + top["done_s"], 2)
-        good_peers = [p for p in record["peers"] if p.get("status") == "ok" and p.get("graph_us")]
-        if good_peers:
-            best = min(good_peers, key=lambda p: p["graph_us"])
-            record["best_peer"] = best["name"]
-            record["best_peer_us"] = best["graph_us"]
-            record["speedup_vs_best_peer"] = best["graph_us"] / top["graph_us"] if top["graph_us"] else None
-            tc = [p for p in good_peers if p["name"] == "torch.compile"]
-            if tc and top["graph_us"]:
-                record["speedup_vs_torch_compile"] = tc[0]["graph_us"] / top["graph_us"]
-        if record.get("floor_us") and top.get("graph_us"):
-            record["fraction_of_floor"] = top["graph_us"] / record["floor_us"]
-    if out_dir:
-        from .report import write_outputs
-        write_outputs(record, graph, by_id, Path(out_dir))
+            notes.append(f"ceilings not measured: {e}")
+    recs = [CandidateRecord(by_id[r.id], r) for r in results]
+    if comparison is not None:
+        _apply_comparison(recs, peer_results, comparison)
+    record = RunRecord(graph, dtype, "timed", _command(command), env, len(plans.derived),
+                       len(plans.matched), recs, peer_results, comparison, ceilings,
+                       search_cost(stats, t_plan), notes)
+    if plans.capped:
+        record.notes.append(plans.capped)
+    top = record.top1
+    if top is not None and top.result.done_s is not None:
+        record.search_cost["time_to_top1_s"] = round(t_plan + top.result.done_s, 2)
     return record
+
+
+def _apply_comparison(recs: list[CandidateRecord], peers: list[PeerResult],
+                      c: Comparison) -> None:
+    """The compared leaders and peers take their median comparison times (the search-phase
+    times stay as ``search_us``); leaders left out of every round (wrong on fresh inputs)
+    lose their ``ok``; the candidates are re-ranked."""
+    for r in recs:
+        if r.id not in c.candidates:
+            continue
+        r.search_us = r.result.time_us
+        med = c.median_us(r.id)
+        if med is None:
+            r.result.status, r.result.error = "wrong", "failed its re-check in the final round"
+        else:
+            r.result.graph_us = med
+    for p in peers:
+        med = c.median_us(p.name)
+        if med is not None and p.status == "ok":
+            p.graph_us = med
+    recs.sort(key=lambda r: (r.status != "ok", r.time_us if r.time_us is not None else math.inf))
 
 
 def search_cost(stats: dict, plan_s: float) -> dict:
     """The search's cost for the record: ``plan_s`` (derive, plan, lower), the compile
     phase (``compile_wall_s``, ``compile_workers``, ``compiled``, ``compile_failed``,
     ``compiled_per_min`` = compiled / compile wall minutes, cache hits included), and
-    ``checked``/``check_wall_s`` (device checks and timing). ``tune`` adds
+    ``checked``/``check_wall_s`` (device checks and timing). :func:`tune` adds
     ``time_to_top1_s`` once the top-1 is known."""
     out = {"plan_s": round(plan_s, 2), **stats}
     wall = stats.get("compile_wall_s")
@@ -271,114 +261,46 @@ def search_cost(stats: dict, plan_s: float) -> dict:
     return out
 
 
-def final_round(runner, results, peer_results, module_paths: dict[str, str], *,
-                rounds: int = 3, top: int = 3, peers: int = 2) -> dict[str, dict]:
-    """Re-time the ``top`` leaders and the ``peers`` fastest non-compiled peers, interleaved,
-    ``rounds`` times.
+# -- the wire faces ---------------------------------------------------------------------------
 
-    GPU clocks drift over a run (on one H200 the same attention kernel measured 219 and
-    240 µs ten seconds apart, bench/results/2026-11-30-run2), so the leaders and the best
-    peers are timed again side by side, round-robin, and ranked by the median of the rounds.
-    Every re-check runs on fresh inputs, so a leader that goes wrong is caught too.
-
-    Returns:
-        ``"c3"`` / ``"peer:SDPA cuDNN"`` → ``{"graph_us": [...], "call_us": [...],
-        "status": ...}`` (lists: one value per round).
-    """
-    from .peers import COMPILE_PEERS
-    from .runner import Candidate
-    leaders = [r for r in results if r.status == "ok"][:top]
-    # torch.compile peers would recompile (and re-autotune) every round: they keep their
-    # search-phase times; eager and the vendor libraries are re-timed
-    fast = sorted((p for p in peer_results if p.status == "ok" and p.graph_us
-                   and p.name not in COMPILE_PEERS), key=lambda p: p.graph_us)[:peers]
-    out: dict[str, dict] = {}
-    for _ in range(rounds):
-        for r in leaders:
-            c = Candidate(r.id, r.derivation_id, r.config, module_paths[r.id], r.source_hash)
-            res = runner.check(c)
-            e = out.setdefault(r.id, {"graph_us": [], "call_us": [], "status": "ok"})
-            if res.status != "ok":
-                e["status"], e["error"] = res.status, res.error
-                continue
-            e["graph_us"].append(res.graph_us)
-            e["call_us"].append(res.call_us)
-        for p in runner.peers([p.name for p in fast]) if fast else []:
-            e = out.setdefault("peer:" + p.name, {"graph_us": [], "call_us": [], "status": "ok"})
-            if p.status == "ok" and p.graph_us:
-                e["graph_us"].append(p.graph_us)
-                e["call_us"].append(p.call_us)
-    return out
+def results_for_wire(record: RunRecord) -> dict:
+    """The ``results`` response (docs/wire.md) of a :class:`RunRecord`: what Lean receives."""
+    cands = []
+    for c in record.candidates:
+        r = c.result
+        cands.append({"id": c.id, "derivation": c.planned.derived.derivation.id,
+                      "config": c.planned.config, "status": c.status,
+                      "call_us": r.call_us if r else None, "graph_us": r.graph_us if r else None,
+                      "relerr": r.relerr if r else None, "source_hash": c.planned.source_hash,
+                      "error": r.error if r else None})
+    peers = [{"name": p.name, "call_us": p.call_us, "graph_us": p.graph_us, "relerr": p.relerr,
+              "status": p.status} for p in record.peers]
+    top = record.top1
+    return {"workload": record.graph.name,
+            "device": str(record.environment.get("gpu") or "unknown"),
+            "candidates": cands, "peers": peers, "floor_us": record.floor_us,
+            "top1": top.id if top else None}
 
 
-def _median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
-
-
-def _apply_final(record: dict, final: dict[str, dict]) -> None:
-    """Replace the leaders' and best peers' times by their final-round medians (the search
-    times stay under ``search_graph_us``/``search_call_us``) and re-rank the candidates."""
-    if not final:
-        return
-    record["final_round"] = final
-    for c in record["candidates"]:
-        f = final.get(c["id"])
-        if f is None:
-            continue
-        c["search_graph_us"], c["search_call_us"] = c.get("graph_us"), c.get("call_us")
-        if f["status"] != "ok":
-            c["status"], c["error"] = f["status"], f.get("error")
-            continue
-        c["graph_us"], c["call_us"] = _median(f["graph_us"]), _median(f["call_us"])
-        if record.get("flops") and c["graph_us"]:
-            c["tflops"] = record["flops"] / (c["graph_us"] * 1e-6) / 1e12
-    for p in record["peers"]:
-        f = final.get("peer:" + p["name"])
-        if f and f["graph_us"]:
-            p["search_graph_us"], p["search_call_us"] = p.get("graph_us"), p.get("call_us")
-            p["graph_us"], p["call_us"] = _median(f["graph_us"]), _median(f["call_us"])
-
-    def key(c):
-        t = c.get("graph_us") if c["status"] == "ok" else None
-        return (c["status"] != "ok", t if t is not None else float("inf"))
-    record["candidates"].sort(key=key)
-
-
-def results_for_wire(record: dict) -> dict:
-    """The ``results`` response (docs/wire.md) of a :func:`tune` record: what Lean receives."""
-    cands = [{"id": c["id"], "derivation": c["derivation_id"], "config": c["config"],
-              "status": c["status"], "call_us": c.get("call_us"), "graph_us": c.get("graph_us"),
-              "relerr": c.get("relerr"), "source_hash": c.get("source_hash", ""),
-              "error": c.get("error")} for c in record["candidates"]]
-    peers = [{"name": p["name"], "call_us": p.get("call_us"), "graph_us": p.get("graph_us"),
-              "relerr": p.get("relerr"), "status": p["status"]} for p in record["peers"]]
-    return {"workload": record["workload"],
-            "device": str(record.get("environment", {}).get("gpu") or "unknown"),
-            "candidates": cands, "peers": peers, "floor_us": record.get("floor_us"),
-            "top1": record.get("top1")}
-
-
-def tune_request(graph: Graph, derivations: list, dtype: str, budget_candidates: int,
-                 budget_seconds: float, out_dir: str | None) -> dict:
-    """The bridge's ``tune``: check Lean's derivations by replaying them, then :func:`tune`.
+def tune_request(graph: Graph, derivations: Sequence[Derivation], dtype: str,
+                 budget_candidates: int, budget_seconds: float, out_dir: str | None) -> dict:
+    """The bridge's ``tune``: check Lean's derivations by replaying them, then :func:`tune`;
+    write the outputs under ``out_dir`` if given; return the ``results`` map.
 
     Each derivation is replayed step by step (:func:`superopt.derive.replay`), so a step
     that does not apply is a :class:`~superopt.errors.DerivationError` naming it; plans the
     lowering cannot express are left out of the search.
     """
-    from .derive import replay
-    from .lower import lowerable
     derived = []
     for i, d in enumerate(derivations):
         try:
-            plan = replay(graph, d.steps)
-        except Exception as e:
-            from .errors import DerivationError
-            raise DerivationError(str(e), path=f"derivations[{i}]") from None
-        if lowerable(plan):
-            derived.append(Derived(d, plan))
+            derived.append(Derived(d, replay(graph, d.steps)))
+        except DerivationError as e:
+            raise DerivationError(e.message, path=f"derivations[{i}].{e.path}") from None
     record = tune(graph, dtype=dtype, budget=max(1, budget_candidates),
-                  budget_s=budget_seconds or 600.0, out_dir=out_dir, progress=False,
-                  command="bridge tune", derived=derived)
+                  budget_s=budget_seconds or 600.0, progress=False, command="bridge tune",
+                  derived=derived)
+    if out_dir:
+        write_outputs(record, Path(out_dir))
     return results_for_wire(record)
+

@@ -84,7 +84,7 @@ def golden_files() -> dict[str, bytes]:
     files["example.results.msgpack"] = wire.encode(wire.results_to_wire(EXAMPLE_RESULTS))
     from superopt.derive import derive_all
     for name in GRAPH_WORKLOADS:  # every distinct completed derivation, lowerable or not
-        derived = derive_all(WORKLOADS[name].graph(), lowerable_only=False)
+        derived = derive_all(WORKLOADS[name].graph())
         files[f"{name}.derivations.msgpack"] = wire.encode(
             wire.derivations_response([d.derivation for d in derived]))
     files["derive.request.msgpack"] = wire.encode(

@@ -327,7 +327,7 @@ def test_tune_dispatch(monkeypatch):
     fake_module(monkeypatch, "superopt.search", tune_request=tune)
     resp = call(tune_req(out_dir="/tmp/x"))
     assert seen["args"] == ([DERIV], "float16", 10, 30.0, "/tmp/x")
-    assert list(resp) == list(wire.RESULTS_KEYS)
+    assert list(resp) == list(wire.messages.RESULTS_KEYS)
     assert resp["candidates"][0]["call_us"] == 10.0
     wire.results_from_wire(resp)
 

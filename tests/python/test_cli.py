@@ -149,7 +149,7 @@ def test_bad_time_budget_and_depth(ran):
     assert _one_line(ran["max_depth_negative"], 2) == \
         "superopt: error: argument --max-depth: must be >= 0, got -1"
     p = ran["max_depth_zero"]
-    assert p.returncode == 0 and p.stdout.startswith("1 derivation of matmul"), p.stderr
+    assert p.returncode == 0 and p.stdout.startswith("1 lowerable derivation of 1 of matmul"), p.stderr
 
 
 def test_dtype_fp32(ran):
@@ -177,7 +177,7 @@ def test_show_and_out(ran):
         "superopt: error: --out: cannot tell the picture format of 'x.jpeg'; use one of " \
         ".png, .svg, .pdf, .dot"
     assert _one_line(ran["show_unknown_id"], 2) == \
-        "superopt: error: --show: no derivation 'd9'; the 1 lowerable ones are d0 " \
+        "superopt: error: --show: no derivation 'd9'; the 1 known ones are d0 " \
         "(`superopt derive` lists them)"
 
 
@@ -225,13 +225,15 @@ def test_workloads(ran):
 def _check_json(p: subprocess.CompletedProcess, workload: str) -> dict:
     assert p.returncode == 0 and p.stderr == "", p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"workload", "case", "derivations"} and doc["workload"] == workload
+    assert set(doc) == {"workload", "case", "derivations_total", "derivations"}
+    assert doc["workload"] == workload and doc["derivations_total"] >= len(doc["derivations"])
     ids = [d["id"] for d in doc["derivations"]]
     assert ids and len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"d\d+", i) for i in ids)
     assert [int(i[1:]) for i in ids] == sorted(int(i[1:]) for i in ids)
     for d in doc["derivations"]:
-        assert set(d) == {"id", "kernels", "steps"} and d["kernels"] >= 1
+        assert set(d) == {"id", "kernels", "families", "steps"} and d["kernels"] >= 1
+        assert len(d["families"]) == d["kernels"]
         assert d["steps"], d["id"]  # completion steps at least (tile_parallel, ...)
         for s in d["steps"]:
             assert set(s) == {"rule", "site", "params"}
@@ -260,7 +262,8 @@ def test_head_does_not_traceback(tmp_path):
               'echo "status=${PIPESTATUS[0]}" >&2')
     p = subprocess.run(["bash", "-c", script, sys.executable], capture_output=True, text=True,
                        env=_env(), cwd=tmp_path, timeout=300)
-    assert p.stdout.startswith("334 derivations of rmsnorm_mlp") and p.stdout.count("\n") == 1
+    assert p.stdout.startswith("334 lowerable derivations of 835 of rmsnorm_mlp")
+    assert p.stdout.count("\n") == 1
     assert p.stderr == "status=0\n", p.stderr
 
 

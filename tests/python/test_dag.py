@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from superopt import errors
 from superopt.dag import BINARY_OPS, UNARY_OPS, Graph, Node
 from superopt.dsl import DagBuilder, build_graph_with_output
-from superopt.semantics import evaluate, random_inputs
+from superopt.ir.semantics import evaluate, random_inputs
 from superopt.workloads import (RMS_EPS, WORKLOADS, get_workload, matmul_graph, parse_case)
 
 AXES = [("m", 3), ("d", 5), ("n", 2), ("h", 4), ("k", 5), ("j", 7)]

@@ -8,7 +8,7 @@ H200 with ``python3 -m pytest -m gpu tests/python/test_gpu_numerics.py -v``.
 How it runs: one module-scoped fixture lowers every module the tests need (a few
 derivations × configurations per edge shape: the online-softmax kernel in both schedules,
 the literal multi-kernel plan, a stabilised multi-kernel plan, FlashNorm's one-kernel GEMM
-...), compiles them in parallel worker processes (``superopt.runner.compile_candidates``;
+...), compiles them in parallel worker processes (``superopt.run.session.compile_candidates``;
 TileLang's disk cache makes reruns fast), and each launch then runs in a spawned child
 process, so that a kernel that faults (an illegal address poisons the CUDA context) or hangs
 fails its own test and not the rest. Inputs are exact in the kernel dtype; the reference
@@ -38,7 +38,7 @@ import torch
 from superopt.derive import derive_all
 from superopt.dsl import build_graph_with_output, rms_norm_subdag
 from superopt.lower import config_space, lower_plan, module_source, write_module
-from superopt.semantics import evaluate
+from superopt.ir.semantics import evaluate
 from superopt.workloads import WORKLOADS
 
 pytestmark = pytest.mark.gpu
@@ -136,7 +136,8 @@ class Built:
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, list[Built]]:
     """Lower and compile every module (in parallel processes); key → [Built]."""
-    from superopt.runner import Candidate, compile_candidates
+    from superopt.run.pool import compile_candidates
+    from superopt.run.records import Candidate
 
     directory = tmp_path_factory.mktemp("gpu_numerics_modules")
     out: dict[str, list[Built]] = {}
@@ -175,7 +176,7 @@ def _child_launch(module_path: str, arrays: list, dtype: str, mutation: str = ""
 
     import torch as t
 
-    from superopt.tl import import_module_file
+    from superopt.lower.tl import import_module_file
 
     name = "gpu_numerics_" + hashlib.sha1(module_path.encode()).hexdigest()[:16]
     mod = import_module_file(module_path, name)
@@ -569,7 +570,8 @@ def load(device):
 
 def test_faulty_candidates_beside_a_generated_kernel(tmp_path):
     from superopt.lower import lower_derivation
-    from superopt.runner import Candidate, run_candidates
+    from superopt.run.engine import run_candidates
+    from superopt.run.records import Candidate
 
     sizes = dict(m=256, d=512, n=384)
     g = WORKLOADS["matmul"].graph(**sizes)

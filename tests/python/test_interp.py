@@ -9,10 +9,10 @@ from hypothesis import given, settings, strategies as st
 from superopt import evaluate, random_inputs
 from superopt.derive import complete, derive_all, explore
 from superopt.errors import DerivationError
-from superopt.interp import run_plan
-from superopt.plan import Kernel, Plan, initial_plan
-from superopt.rules import RULES
-from superopt.semantics import relative_error
+from superopt.verify.interpreter import run_plan
+from superopt.derive.plan import Kernel, Plan, initial_plan
+from superopt.derive.rules import RULES
+from superopt.ir.semantics import relative_error
 from superopt.workloads import WORKLOADS
 
 TOL = 1e-12  # float64 reassociation over tiles
@@ -98,7 +98,7 @@ def test_unwritten_output_is_detected():
     out = run_plan(plan, x, 2)
     np.testing.assert_allclose(out, evaluate(g, x), rtol=1e-12)
 
-    import superopt.interp as interp
+    import superopt.verify.interpreter as interp
     real = interp._tiles
     try:
         interp._tiles = lambda size, tile: real(size, tile)[:-1] or [(0, 0)]  # drop edge tile

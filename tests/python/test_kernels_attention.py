@@ -1,8 +1,8 @@
-"""Tests of the attention kernel generator (superopt.kernels.attention), no GPU needed.
+"""Tests of the attention kernel generator (superopt.lower.kernels.attention), no GPU needed.
 
 Every generated source is written to a real ``.py`` file (TileLang reads kernel source
 with ``inspect``), imported, built and lowered to CUDA C for sm_90a with
-:func:`superopt.tl.lower_to_cuda`; assertions are on the generated Python and CUDA text.
+:func:`superopt.lower.tl.lower_to_cuda`; assertions are on the generated Python and CUDA text.
 One case also runs nvcc (``device_compile=True``). Running and timing the kernels needs
 the H200: ``bench/validate_attention.py``.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from superopt.kernels.attention import (
+from superopt.errors import LoweringError
+from superopt.lower.kernels.attention import (
     SMEM_LIMIT_BYTES,
     AttentionConfig,
     AttentionSpec,
@@ -40,7 +41,7 @@ WS_PP = AttentionConfig(block_m=128, block_n=128, stages=2, threads=384, schedul
 
 
 def _lower(tmp_path: Path, spec: AttentionSpec, cfg: AttentionConfig, tag: str, *, device_compile: bool = False):
-    from superopt import tl
+    from superopt.lower import tl
 
     text = "import tilelang\nimport tilelang.language as T\n\n\n" + attention_source(spec, cfg)
     path = tmp_path / f"attn_{tag}.py"
@@ -72,26 +73,26 @@ def check_ws_cuda(cu: str, cfg: AttentionConfig, spec: AttentionSpec = REF) -> N
 
 
 def test_spec_and_config_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(LoweringError):
         AttentionSpec(batch=0, tq=1, tkv=1, dqk=16, dv=16)
-    with pytest.raises(ValueError):
+    with pytest.raises(LoweringError):
         AttentionSpec(batch=1, tq=1, tkv=1, dqk=16, dv=16, dtype="float32")
-    with pytest.raises(ValueError):
+    with pytest.raises(LoweringError):
         AttentionSpec(batch=1, tq=1, tkv=1, dqk=16, dv=16, scale=-1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(LoweringError):
         AttentionSpec(batch=1, tq=1, tkv=1, dqk=16, dv=16, name="not an identifier")
-    with pytest.raises(ValueError):  # block_n = 8 (mod 16): wrong tiles on sm_90 (#2593)
+    with pytest.raises(LoweringError):  # block_n = 8 (mod 16): wrong tiles on sm_90 (#2593)
         AttentionConfig(block_m=128, block_n=120, stages=2, threads=384)
-    with pytest.raises(ValueError):  # ws thread count must match its warpgroups
+    with pytest.raises(LoweringError):  # ws thread count must match its warpgroups
         AttentionConfig(block_m=128, block_n=128, stages=2, threads=256)
-    with pytest.raises(ValueError):  # 2 warpgroups of 64 rows cannot cover 64 rows
+    with pytest.raises(LoweringError):  # 2 warpgroups of 64 rows cannot cover 64 rows
         AttentionConfig(block_m=64, block_n=128, stages=2, threads=256, schedule="pipelined")
     # options without meaning for a schedule are normalised
     assert not AttentionConfig(block_m=128, block_n=64, stages=2, threads=256, schedule="pipelined").pingpong
     assert not AttentionConfig(block_m=64, block_n=64, stages=2, threads=256, pingpong=True).pingpong
-    with pytest.raises(ValueError):  # over 227 KiB of shared memory
+    with pytest.raises(LoweringError):  # over 227 KiB of shared memory
         attention_source(REF, AttentionConfig(block_m=128, block_n=256, stages=3, threads=384))
-    with pytest.raises(ValueError):  # TMA needs 16-byte row strides
+    with pytest.raises(LoweringError):  # TMA needs 16-byte row strides
         attention_source(EDGE["d100"], WS_PP)
 
 

@@ -1,7 +1,7 @@
 """The GEMM, row-reduction and elementwise source generators (``superopt.kernels``).
 
 No GPU here: every generated source is written to a real ``.py`` file, imported, built and
-lowered to CUDA C for sm_90a with TileLang (``superopt.tl``), and the CUDA text is checked
+lowered to CUDA C for sm_90a with TileLang (``superopt.lower.tl``), and the CUDA text is checked
 for what the schedule promises: ``wgmma`` and TMA on the Hopper path, bounds checks where
 sizes are not multiples of the tile, no K loop when k == 0. One kernel per family is also
 compiled to a cubin with nvcc. Values are checked on the GPU by ``bench/validate_gemm.py``.
@@ -15,13 +15,13 @@ import re
 
 import pytest
 
-from superopt import tl
+from superopt.lower import tl
 from superopt.errors import LoweringError
-from superopt.kernels.gemm import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec, check_config,
+from superopt.lower.kernels.gemm import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec, check_config,
                                    gemm_accum_registers, gemm_block_threads, gemm_config_space,
                                    gemm_cost_clk, gemm_register_cap, gemm_smem_bytes,
                                    gemm_source)
-from superopt.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
+from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
                                       elementwise_source, row_config_space, rowreduce_source)
 
 HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"

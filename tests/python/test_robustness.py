@@ -26,10 +26,10 @@ from superopt import errors, wire
 from superopt.dag import MAX_SIZE, Graph, Node
 from superopt.derive import complete, derive_all, explore
 from superopt.dsl import DagBuilder, build_graph_with_output, rms_norm_subdag
-from superopt.interp import run_plan
-from superopt.lower import lower_derivation, module_source
-from superopt.plan import initial_plan
-from superopt.semantics import evaluate, random_inputs
+from superopt.verify.interpreter import run_plan
+from superopt.lower import lower_derivation, lowerable, match_plan, module_source
+from superopt.derive.plan import initial_plan
+from superopt.ir.semantics import evaluate, random_inputs
 from superopt.workloads import WORKLOADS, parse_case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_wire_kinds_of_the_hierarchy_are_v1_kinds():
 
 
 def test_kernel_errors_cover_every_failed_candidate_status():
-    from superopt.runner import STATUSES
+    from superopt.run.records import STATUSES
 
     assert set(errors.KERNEL_ERRORS) == set(STATUSES) - {"ok", "skipped"}
     for status, cls in errors.KERNEL_ERRORS.items():
@@ -462,7 +462,7 @@ def test_matmul_over_an_empty_axis_is_zero():
 
 def test_empty_batch_runs_no_tile(monkeypatch):
     """An empty output (m = 0, h = 0, t_q = 0) is computed by running nothing at all."""
-    import superopt.interp as interp
+    import superopt.verify.interpreter as interp
 
     calls = []
     real = interp._KernelRun.run_tile
@@ -543,8 +543,9 @@ def test_derive_on_an_empty_attention_axis_is_typed():
     not lowerable) and the enumeration still succeeds with the other plans."""
     g = WORKLOADS["attention"].build(h=0, t_q=2, t_kv=3, d_h=2)
     derived = derive_all(g)
-    assert derived and not any(k.online for d in derived for k in d.plan.kernels)
-    online = next(d for d in derive_all(g, lowerable_only=False)
+    ok = [d for d in derived if lowerable(d.plan)]
+    assert ok and not any(k.online for d in ok for k in d.plan.kernels)
+    online = next(d for d in derived
                   if any(k.online for k in d.plan.kernels) and len(d.plan.kernels) == 1)
     from superopt.lower import match_kernel
     with pytest.raises(errors.LoweringError) as e:
@@ -557,9 +558,9 @@ def test_derive_on_an_empty_attention_axis_is_typed():
 # =========================================================================================
 
 def _module(graph, derivation=None, dtype: str = "float16"):
-    from superopt import tl
+    from superopt.lower import tl
 
-    d = derivation or derive_all(graph)[0].derivation
+    d = derivation or next(x for x in derive_all(graph) if lowerable(x.plan)).derivation
     m = lower_derivation(graph, d, {}, dtype=dtype)
     mod = tl.import_module_file(m.path, f"robustness_{m.source_hash}")
     return mod
@@ -669,7 +670,7 @@ def test_launcher_refuses_bad_arguments_before_any_kernel(workload, dtype, monke
     sizes = {"rmsnorm": dict(m=4, n=8, d=16), "matmul": dict(m=4, d=16, n=8),
              "attention": dict(h=2, t_q=8, t_kv=24, d_h=16)}[workload]
     g = WORKLOADS[workload].graph(**sizes)
-    ds = derive_all(g)
+    ds = [x for x in derive_all(g) if lowerable(x.plan)]
     d = next((x for x in ds if any(k.online for k in x.plan.kernels)), ds[0])
     mod = _module(g, d.derivation, dtype)
     launch, log = _fake_launcher(mod, monkeypatch)
@@ -704,11 +705,11 @@ def test_launcher_refuses_out_aliasing_an_input(monkeypatch):
 
 def test_empty_batch_module_launches_nothing(tmp_path):
     """m = 0: the module compiles no kernel and its launcher only checks its arguments."""
-    from superopt import tl
+    from superopt.lower import tl
 
     g = WORKLOADS["matmul"].build(m=0, d=16, n=8)
     plan = derive_all(g)[0].plan
-    src = module_source(plan, [None] * len(plan.kernels))
+    src = module_source(match_plan(plan), [None] * len(plan.kernels))
     assert "def build_" not in src and "tilelang.compile" not in src
     mod_path = tmp_path / "robustness_empty_batch.py"
     mod_path.write_text(src)
@@ -767,7 +768,7 @@ ISO_SIZES = dict(m=16, d=32, n=24)
 
 
 def _faulty_candidates(tmp_path):
-    from superopt.runner import Candidate
+    from superopt.run.records import Candidate
 
     out = []
     for name in ORDER:
@@ -784,17 +785,18 @@ def test_faulty_kernels_are_isolated_and_top1_is_correct(tmp_path):
     """A segfault, a hang, an 'illegal address', an OOM, NaN/Inf, a wrong result and a compile
     failure, interleaved with two correct kernels: each is recorded with its error, a fresh
     worker serves the next candidate, and the fastest correct kernel ranks first."""
-    from superopt.runner import Runner, run_candidates
-    from superopt.timing import TimingConfig
+    from superopt.run.engine import run_candidates
+    from superopt.run.session import Session
+    from superopt.run.timing import TimingConfig
 
     g = WORKLOADS["matmul"].graph(**ISO_SIZES)
     cands = _faulty_candidates(tmp_path)
     t0 = time.monotonic()
-    with Runner(g, dtype="float32", device="cpu", timing=TimingConfig(warmup=2, reps=15,
+    with Session(g, dtype="float32", device="cpu", timing=TimingConfig(warmup=2, reps=15,
                                                                       replays=3)) as r:
         results = run_candidates(g, cands, dtype="float32", device="cpu", timeout_s=4.0,
                                  progress=False, compile=True, compile_workers=2,
-                                 compile_timeout_s=60.0, runner=r, checks=2)
+                                 compile_timeout_s=60.0, session=r, checks=2)
         restarts = r.restarts
     assert time.monotonic() - t0 < 150  # the hang cost its 4 s, not forever
     by = {x.id: x for x in results}
@@ -818,30 +820,28 @@ def test_faulty_kernels_are_isolated_and_top1_is_correct(tmp_path):
                       errors.CrashError)
 
 
-def test_search_record_top1_survives_faulty_candidates(tmp_path, monkeypatch):
+def test_search_record_top1_survives_faulty_candidates(tmp_path):
     """The same through ``superopt.search.tune`` (the search's own record and top1)."""
     import superopt.search as search
-    from superopt.timing import TimingConfig
+    from superopt.run.timing import TimingConfig
 
     g = WORKLOADS["matmul"].graph(**ISO_SIZES)
     derived = derive_all(g)[0]
     cands = [c for c in _faulty_candidates(tmp_path)
              if c.id in ("segfault", "illegal_address", "good_slow", "nan", "good_fast")]
 
-    def fake_plan_candidates(graph, *, dtype="float16", budget=24, derived=None, directory=None):
-        planned = [search.PlannedCandidate(c.id, derived_one, c.config, c.module_path,
-                                           c.source_hash, 1.0) for c in cands]
-        return planned, [derived_one]
-
-    derived_one = derived
-    monkeypatch.setattr(search, "plan_candidates", fake_plan_candidates)
+    match = match_plan(derived.plan, "float16")
+    planned = [search.PlannedCandidate(c.id, derived, match, c.config, c.module_path,
+                                       c.source_hash, 1.0) for c in cands]
+    plans = search.Plans([derived], [(derived, match)], planned)
     record = search.tune(g, dtype="float32", budget=len(cands), budget_s=120.0, device="cpu",
-                         progress=False, peers=False,
+                         progress=False, peers=False, plans=plans,
                          timing=TimingConfig(warmup=2, reps=15, replays=3))
-    status = {c["id"]: c["status"] for c in record["candidates"]}
+    status = {c.id: c.status for c in record.candidates}
     assert status == {"segfault": "crash", "illegal_address": "launch_error", "good_slow": "ok",
                       "nan": "nan", "good_fast": "ok"}
-    assert record["top1"] == "good_fast"
+    assert record.top1.id == "good_fast"
+    assert record.to_json()["top1"] == "good_fast"
     wire_results = search.results_for_wire(record)
     assert wire_results["top1"] == "good_fast"
     wire.decode(wire.encode(wire.results_to_wire(wire_results)))

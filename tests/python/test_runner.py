@@ -6,6 +6,7 @@ returns torch CPU code. float32 on CPU: tolerance 1e-4 (``peers.TOLERANCE``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -21,9 +22,12 @@ try:
 except ImportError:  # pragma: no cover - without an installed package or a conftest
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
-from superopt.runner import (Candidate, CandidateResult, Runner, WorkerProcess, describe_exit,
-                             environment_record, rank_results, run_candidates)
-from superopt.timing import TimingConfig
+from superopt.run.engine import run_candidates
+from superopt.run.environment import environment_record
+from superopt.run.process import WorkerProcess, describe_exit
+from superopt.run.records import Candidate, CandidateResult, rank_results
+from superopt.run.session import Session
+from superopt.run.timing import TimingConfig
 from superopt.workloads import WORKLOADS
 
 SIZES = {"m": 8, "d": 16, "n": 12}
@@ -171,7 +175,7 @@ def test_budget_and_in_worker_load(tmp_path):
     cands = [write_module(tmp_path, "load_raises"), write_module(tmp_path, "correct"),
              write_module(tmp_path, "correct", dtype="float16"),
              write_module(tmp_path, "wrong")]
-    cands[2].id = "correct_fp16"
+    cands[2] = dataclasses.replace(cands[2], id="correct_fp16")
     res = run_candidates(GRAPH, cands, dtype="float32", device="cpu", timeout_s=20.0,
                          max_candidates=3, progress=True, compile=False, timing=FAST)
     status = {r.id: r.status for r in res}
@@ -192,7 +196,7 @@ def test_wall_budget_skips(tmp_path):
 
 def test_runner_session_peers_and_restart(tmp_path):
     """One session: peers, a crash, and the next check in a fresh worker."""
-    with Runner(GRAPH, dtype="float32", device="cpu", timing=FAST) as r:
+    with Session(GRAPH, dtype="float32", device="cpu", timing=FAST) as r:
         (p,) = r.peers(["eager"])
         assert p.status == "ok" and p.relerr < 1e-5 and p.call_us > 0
         crash = r.check(write_module(tmp_path, "abort"), timeout_s=20)
@@ -212,13 +216,15 @@ def test_rank_results_orders_ok_by_time():
 
 
 def test_worker_process_timeout_and_exit_text():
-    from superopt.runner import WorkerTimeout
+    from superopt.run.process import WorkerTimeout
+    from superopt.run.protocol import Failed, Ping
 
     w = WorkerProcess(device="cpu", startup_timeout_s=120)
     w.start()
     try:
-        assert w.request({"op": "ping"}, 10)["status"] == "ok"
-        assert w.request({"op": "nonsense"}, 10)["status"] == "error"
+        assert w.request(Ping(), 10).value == w.pid
+        nonsense = w.request("nonsense", 10).value
+        assert isinstance(nonsense, Failed) and "unknown request str" in nonsense.error
         # Nothing was asked, so nothing comes: a read with a deadline already past times out.
         with pytest.raises(WorkerTimeout):
             w._receive(time.monotonic(), 0)
@@ -242,7 +248,7 @@ def test_cuda_on_a_machine_without_one(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     from superopt.errors import NoCudaError
-    from superopt.runner import compile_candidates
+    from superopt.run.pool import compile_candidates
 
     path = tmp_path / "needs_cuda.py"
     path.write_text(HEADER.format(dtype="float16", load="    buf = torch.empty(4, device=device)",
@@ -253,7 +259,7 @@ def test_cuda_on_a_machine_without_one(tmp_path):
     assert out[0].status == "compile_error" and "CUDA" in out[0].error
     assert out[1].status == "ok"
     with pytest.raises(NoCudaError):
-        Runner(GRAPH, dtype="float16", device="cuda")
+        Session(GRAPH, dtype="float16", device="cuda")
     with pytest.raises(NoCudaError):
         run_candidates(GRAPH, [c], dtype="float16", device="cuda", progress=False)
 
@@ -276,7 +282,7 @@ def test_gpu_session_end_to_end(tmp_path):
         c = write_module(tmp_path, n, dtype="float16", sizes=sizes)
         cands.append(c)
     timing = TimingConfig(reps=50, replays=5)
-    with Runner(g, dtype="float16", device="cuda", timing=timing) as r:
+    with Session(g, dtype="float16", device="cuda", timing=timing) as r:
         env = r.environment()
         assert env["gpu"] and env["cuda"]
         c = r.ceilings(matmul_n=2048, copy_bytes=1 << 28, reps=10)
@@ -285,7 +291,7 @@ def test_gpu_session_end_to_end(tmp_path):
         for p in peer.values():
             assert p.status == "ok", p
             assert p.relerr < 2e-3 and p.call_us > 0 and p.graph_us > 0
-        res = run_candidates(g, cands, dtype="float16", device="cuda", runner=r, timeout_s=120,
+        res = run_candidates(g, cands, dtype="float16", device="cuda", session=r, timeout_s=120,
                              compile_workers=2, progress=False)
         assert r.restarts >= 1
     status = {x.id: x.status for x in res}

@@ -1,4 +1,4 @@
-"""Machine checks of the ten rewrite rules (``superopt.symbolic``, ``docs/rules.md``).
+"""Machine checks of the ten rewrite rules (``superopt.verify.symbolic``, ``docs/rules.md``).
 
 Per rule: the identity its Lean theorem ``Superopt.<rule_id>_sound`` states is proved on
 every instance up to the bound (sympy with ``exp`` known only through its laws; z3 for
@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from superopt import interp
-from superopt import symbolic as S
+from superopt.verify import interpreter as interp
+from superopt.verify import symbolic as S
 from superopt.derive import complete
-from superopt.rules import LOG2E, RULES
-from superopt.semantics import evaluate
+from superopt.derive.rules import RULES
+from superopt.ir.ops import LOG2E
+from superopt.ir.semantics import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_IDS = list(RULES)

@@ -18,10 +18,14 @@ try:
 except ImportError:  # pragma: no cover - without an installed package or a conftest
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
-from superopt import peers
-from superopt.semantics import evaluate, random_inputs
-from superopt.timing import (Ceilings, Timing, TimingConfig, floor_us, measure, measure_ceilings,
-                             rotation_count, short_error, tensor_bytes, time_call, time_graph)
+from superopt.dtypes import dtype_name, tolerance
+from superopt.errors import CaseError
+from superopt.ir import facts
+from superopt.ir.semantics import evaluate, random_inputs, relative_error
+from superopt.run import peers
+from superopt.run.records import Ceilings, Timing, TimingConfig
+from superopt.run.timing import (measure, measure_ceilings, rotation_count, short_error,
+                                 tensor_bytes, time_call, time_graph)
 from superopt.workloads import WORKLOADS
 
 FAST = TimingConfig(warmup=1, reps=5, replays=3)
@@ -39,9 +43,9 @@ SMALL = {
 
 def test_floor_exact_values():
     c = Ceilings(matmul_tflops=100.0, copy_tb_per_s=2.0)
-    assert floor_us(2e9, 1e8, c) == 50.0  # memory-bound: 1e8 B / 2e12 B/s
-    assert floor_us(2e10, 1e8, c) == 200.0  # compute-bound: 2e10 / 1e14 FLOP/s
-    assert floor_us(0, 0, c) == 0.0
+    assert c.floor_us(2e9, 1e8) == 50.0  # memory-bound: 1e8 B / 2e12 B/s
+    assert c.floor_us(2e10, 1e8) == 200.0  # compute-bound: 2e10 / 1e14 FLOP/s
+    assert c.floor_us(0, 0) == 0.0
 
 
 @pytest.mark.parametrize("workload,table_us", [
@@ -50,8 +54,8 @@ def test_floor_exact_values():
 def test_floor_matches_workloads_table(workload, table_us):
     """WORKLOADS.md's floors from its ceilings (713 TFLOP/s, 4.27 TB/s), to its rounding."""
     c = Ceilings(matmul_tflops=713.0, copy_tb_per_s=4.27)
-    sizes = peers.REFERENCE_SIZES[workload]
-    f = floor_us(peers.flops(workload, sizes), peers.min_bytes(workload, sizes, "float16"), c)
+    g = WORKLOADS[workload].graph()
+    f = c.floor_us(facts.flops(g), facts.min_bytes(g, "float16"))
     assert abs(f - table_us) <= 0.5 + 1e-9, f
 
 
@@ -64,72 +68,88 @@ BYTES_FP16 = {"attention": 67108864, "swiglu": 25165824, "matmul": 50331648,
 
 
 @pytest.mark.parametrize("workload", list(FLOPS))
-def test_flops_and_bytes_at_reference_cases(workload):
-    sizes = peers.REFERENCE_SIZES[workload]
-    assert peers.flops(workload, sizes) == FLOPS[workload]
-    assert peers.flops(workload, sizes) == WORKLOADS[workload].flops(sizes)
-    assert dict(WORKLOADS[workload].reference_case) == sizes
-    assert peers.min_bytes(workload, sizes, "float16") == BYTES_FP16[workload]
-    assert peers.min_bytes(workload, sizes, torch.bfloat16) == BYTES_FP16[workload]
-    assert peers.min_bytes(workload, sizes, "float32") == 2 * BYTES_FP16[workload]
-    assert isinstance(peers.flops(workload, sizes), int)
+def test_flops_and_bytes_from_the_graph_at_reference_cases(workload):
+    """WORKLOADS.md's formulas, computed from the graph's structure (not its name)."""
+    g = WORKLOADS[workload].graph()
+    assert facts.flops(g) == FLOPS[workload] and isinstance(facts.flops(g), int)
+    assert facts.min_bytes(g, "float16") == BYTES_FP16[workload]
+    assert facts.min_bytes(g, torch.bfloat16) == BYTES_FP16[workload]
+    assert facts.min_bytes(g, "float32") == 2 * BYTES_FP16[workload]
 
 
-@pytest.mark.parametrize("workload", list(SMALL))
-def test_io_shapes_match_the_graphs(workload):
-    g = WORKLOADS[workload].graph(**SMALL[workload])
-    ins, out = peers.io_shapes(workload, g.sizes)
-    assert [n for n, _ in g.inputs] == list(peers.WORKLOAD_INPUTS[workload])
-    assert ins == {n: tuple(s) for n, s in g.inputs}
-    assert out == tuple(g.output_shape)
-    assert peers.sizes_from_shapes(workload, ins) == {k: g.sizes[k] for k in SMALL[workload]}
+def test_facts_do_not_depend_on_the_name():
+    from superopt.ir.dag import Graph
+    g = WORKLOADS["matmul"].graph()
+    renamed = Graph("my_block", g.axes, g.nodes, g.output)
+    assert facts.flops(renamed) == facts.flops(g)
+    assert facts.input_scales(renamed) == facts.input_scales(g) == {"X": 1.0, "W": 1 / 64}
+    assert peers.peer_names(renamed) == peers.peer_names(g)
 
 
-def test_unknown_workload_and_peer():
+def test_input_scales_from_structure():
+    s = facts.input_scales(WORKLOADS["attention"].graph())
+    assert s == {"Q": 128 ** -0.25, "K": 128 ** -0.25, "V": 1.0}
+    assert facts.input_scales(WORKLOADS["swiglu"].graph()) == pytest.approx(
+        {"X": 1.0, "W_gate": 2048 ** -0.5, "W_up": 2048 ** -0.5}, rel=1e-15)
+
+
+def test_peer_names_follow_the_structure():
+    assert peers.peer_names(WORKLOADS["matmul"].graph())[-1] == "cuBLAS"
+    att = peers.peer_names(WORKLOADS["attention"].graph())
+    assert att[:3] == ["eager", *peers.COMPILE_PEERS]
+    assert {"SDPA cuDNN", "SDPA flash", "FA4"} <= set(att)
+    assert "cuBLAS" not in peers.peer_names(WORKLOADS["swiglu"].graph())
     with pytest.raises(KeyError):
-        peers.flops("conv", {})
-    with pytest.raises(KeyError):
-        peers.make_peer("matmul", "SDPA flash")
-    assert peers.peer_names("matmul")[-1] == "cuBLAS"
-    assert peers.peer_names("attention")[-2:] == ["SDPA cuDNN", "SDPA flash"]
-    assert "cuBLAS" not in peers.peer_names("swiglu")
+        peers.make_peer(WORKLOADS["matmul"].graph(), "SDPA flash")
 
 
 def test_dtype_names_and_tolerances():
-    assert peers.dtype_name(torch.float16) == "float16"
-    assert peers.dtype_name("bf16") == "bfloat16"
-    assert peers.default_tolerance("float16") == 2e-3
-    assert peers.default_tolerance(torch.bfloat16) == 1e-2
-    with pytest.raises(ValueError):
-        peers.dtype_name("float17")
+    assert dtype_name(torch.float16) == "float16"
+    assert dtype_name("bf16") == "bfloat16"
+    assert tolerance("float16") == 2e-3
+    assert tolerance(torch.bfloat16) == 1e-2
+    with pytest.raises(CaseError):
+        dtype_name("float17")
 
 
 # ------------------------------------------------------------------------------- peers
 
 @pytest.mark.parametrize("workload", list(SMALL))
-def test_eager_peer_equals_reference_fp32(workload):
+def test_eager_program_equals_reference_fp32(workload):
     g = WORKLOADS[workload].graph(**SMALL[workload])
+    prog = peers.eager_program(g)
     for seed in (1, 2):
         x = random_inputs(g, seed, dtype=torch.float32, device="cpu")
         ref = evaluate(g, {k: v.double() for k, v in x.items()})
-        out = peers.EAGER[workload](*[x[n] for n in peers.WORKLOAD_INPUTS[workload]])
+        out = prog(*[x[n] for n, _ in g.inputs])
         assert out.shape == tuple(g.output_shape)
-        assert peers.relative_error(out, ref) < 1e-5
+        assert relative_error(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("workload", ["matmul", "attention"])
+def test_vendor_peers_equal_reference_fp32(workload):
+    g = WORKLOADS[workload].graph(**SMALL[workload])
+    x = random_inputs(g, 5, dtype=torch.float32, device="cpu")
+    ref = evaluate(g, {k: v.double() for k, v in x.items()})
+    vendor = "cuBLAS" if workload == "matmul" else "SDPA flash"
+    out = peers.make_peer(g, vendor)(*[x[n] for n, _ in g.inputs])
+    assert relative_error(out, ref) < 1e-5
 
 
 def test_run_peers_records_failures_and_times():
     g = WORKLOADS["attention"].graph(**SMALL["attention"])
     x = random_inputs(g, 3, dtype=torch.float32, device="cpu")
     ref = evaluate(g, {k: v.double() for k, v in x.items()})
-    res = peers.run_peers("attention", x, ref, names=["eager", "SDPA cuDNN", "SDPA flash"],
-                          timing=FAST)
-    eager, cudnn, flash = res
+    res = peers.run_peers(g, x, ref, tolerance=1e-4,
+                          names=["eager", "SDPA cuDNN", "SDPA flash", "FA4"], timing=FAST)
+    eager, cudnn, flash, fa4 = res
     assert eager.status == "ok" and eager.relerr < 1e-5
     assert math.isfinite(eager.call_us) and eager.call_us > 0
     assert math.isfinite(eager.graph_us) and eager.graph_us > 0
     assert cudnn.status == "launch_error" and "RuntimeError" in cudnn.error  # none on CPU
     assert cudnn.call_us is None and cudnn.relerr is None
     assert flash.status == "ok" and flash.relerr < 1e-5  # torch has a CPU flash kernel
+    assert fa4.status == "absent" and "not installed" in fa4.error  # never "slower"
     d = cudnn.to_dict()
     assert set(d) == {"name", "call_us", "graph_us", "relerr", "status", "error"}
 
@@ -138,7 +158,7 @@ def test_run_peers_wrong_is_reported_and_timed():
     g = WORKLOADS["matmul"].graph(**SMALL["matmul"])
     x = random_inputs(g, 4, dtype=torch.float32, device="cpu")
     ref = evaluate(g, {k: v.double() for k, v in x.items()}) * 1.1
-    (r,) = peers.run_peers("matmul", x, ref, names=["cuBLAS"], timing=FAST)
+    (r,) = peers.run_peers(g, x, ref, tolerance=1e-4, names=["cuBLAS"], timing=FAST)
     assert r.status == "wrong" and r.relerr > 0.05 and r.call_us > 0
 
 
@@ -174,7 +194,7 @@ def test_measure_ceilings_cpu():
     assert math.isfinite(c.matmul_tflops) and c.matmul_tflops > 0
     assert math.isfinite(c.copy_tb_per_s) and c.copy_tb_per_s > 0
     assert c.matmul_n == 128 and c.copy_bytes == 1 << 20 and c.device == "cpu"
-    assert floor_us(1e6, 1e6, c) > 0
+    assert c.floor_us(1e6, 1e6) > 0
 
 
 def test_rotation_count():

@@ -587,10 +587,10 @@ def test_results_encoder_key_order_and_defaults():
                               "peers": [{"name": "eager", "status": "ok", "graph_us": 1}]})
     assert list(r) == ["v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1"]
     c = r["candidates"][0]
-    assert list(c) == list(wire.CANDIDATE_KEYS)
+    assert list(c) == list(wire.messages.CANDIDATE_KEYS)
     assert list(c["config"]) == ["a", "b"]
     assert c["call_us"] == 3.0 and isinstance(c["call_us"], float) and c["graph_us"] is None
-    assert list(r["peers"][0]) == list(wire.PEER_KEYS)
+    assert list(r["peers"][0]) == list(wire.messages.PEER_KEYS)
     assert wire.encode(c["call_us"]) == wire.encode(3.0)
     wire.results_from_wire(wire.decode(wire.encode(r)))
 

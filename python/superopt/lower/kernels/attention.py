@@ -74,6 +74,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...errors import LoweringError
+from ...ir.ops import LOG2E
+from ..target import HOPPER
+
 __all__ = [
     "AttentionSpec",
     "AttentionConfig",
@@ -85,19 +89,18 @@ __all__ = [
     "SMEM_LIMIT_BYTES",
 ]
 
-#: Dynamic shared memory one block may use on sm_90 (227 KiB).
-SMEM_LIMIT_BYTES = 227 * 1024
-#: Streaming multiprocessors of an H100/H200 SXM (used by the cost model only).
-NUM_SMS = 132
+#: Dynamic shared memory one block may use on sm_90 (227 KiB; :mod:`..target`).
+SMEM_LIMIT_BYTES = HOPPER.smem_per_block_bytes
+#: Streaming multiprocessors of the target (used by the cost model only).
+NUM_SMS = HOPPER.num_sms
 #: Register file per SM, in 32-bit registers.
-REGS_PER_SM = 65536
+REGS_PER_SM = HOPPER.regs_per_sm
 #: Named-barrier ids used by the ping-pong schedule (TileLang takes 0..2 for itself and
 #: allocates its partial ``bar.sync`` ids upwards from 3).
 PINGPONG_BARRIER_BASE = 12
 
 _DTYPES = ("float16", "bfloat16")
 _SCHEDULES = ("ws", "pipelined")
-_LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class AttentionSpec:
     ``V[batch, tkv, dv]``, ``O[batch, tq, dv]``.
 
     Raises:
-        ValueError: on a non-positive size, a bad dtype, scale or name.
+        LoweringError: on a non-positive size, a bad dtype, scale or name.
     """
 
     batch: int
@@ -140,18 +143,18 @@ class AttentionSpec:
         for axis in ("batch", "tq", "tkv", "dqk", "dv"):
             value = getattr(self, axis)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"AttentionSpec.{axis} must be an int >= 1, got {value!r}")
+                raise LoweringError(f"AttentionSpec.{axis} must be an int >= 1, got {value!r}")
         if self.dtype not in _DTYPES:
-            raise ValueError(f"AttentionSpec.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+            raise LoweringError(f"AttentionSpec.dtype must be one of {_DTYPES}, got {self.dtype!r}")
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
-            raise ValueError(f"AttentionSpec.scale must be finite and > 0, got {self.scale!r}")
+            raise LoweringError(f"AttentionSpec.scale must be finite and > 0, got {self.scale!r}")
         if not self.name.isidentifier():
-            raise ValueError(f"AttentionSpec.name must be a Python identifier, got {self.name!r}")
+            raise LoweringError(f"AttentionSpec.name must be a Python identifier, got {self.name!r}")
 
     @property
     def score_factor(self) -> float:
         """The constant ``c`` multiplying raw scores inside ``exp``/``exp2``."""
-        return float(self.scale) * (_LOG2E if self.use_exp2 else 1.0)
+        return float(self.scale) * (LOG2E if self.use_exp2 else 1.0)
 
 
 @dataclass(frozen=True)
@@ -190,28 +193,28 @@ class AttentionConfig:
 
     def __post_init__(self) -> None:
         if self.schedule not in _SCHEDULES:
-            raise ValueError(f"AttentionConfig.schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
+            raise LoweringError(f"AttentionConfig.schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
         if self.block_m < 16 or self.block_m % 16:
-            raise ValueError(f"block_m must be a positive multiple of 16, got {self.block_m}")
+            raise LoweringError(f"block_m must be a positive multiple of 16, got {self.block_m}")
         if self.block_n < 16 or self.block_n % 16:
-            raise ValueError(f"block_n must be a positive multiple of 16, got {self.block_n}")
+            raise LoweringError(f"block_n must be a positive multiple of 16, got {self.block_n}")
         if self.block_n > 256:
-            raise ValueError(f"block_n must be <= 256 (TMA box and wgmma N limit), got {self.block_n}")
+            raise LoweringError(f"block_n must be <= 256 (TMA box and wgmma N limit), got {self.block_n}")
         if self.stages < 1:
-            raise ValueError(f"stages must be >= 1, got {self.stages}")
+            raise LoweringError(f"stages must be >= 1, got {self.stages}")
         if self.schedule == "ws":
             if self.block_m % 64 or not 64 <= self.block_m <= 192:
-                raise ValueError(f"'ws' needs block_m in (64, 128, 192), got {self.block_m}")
+                raise LoweringError(f"'ws' needs block_m in (64, 128, 192), got {self.block_m}")
             if self.threads != 128 * (self.consumer_warpgroups + 1):
-                raise ValueError(
+                raise LoweringError(
                     f"'ws' with block_m={self.block_m} needs threads={128 * (self.consumer_warpgroups + 1)}, "
                     f"got {self.threads}"
                 )
         else:
             if self.threads not in (128, 256):
-                raise ValueError(f"'pipelined' needs threads in (128, 256), got {self.threads}")
+                raise LoweringError(f"'pipelined' needs threads in (128, 256), got {self.threads}")
             if self.block_m % (64 * (self.threads // 128)):
-                raise ValueError(
+                raise LoweringError(
                     f"'pipelined' with {self.threads} threads needs block_m a multiple of "
                     f"{64 * (self.threads // 128)} (64 rows per warpgroup), got {self.block_m}"
                 )
@@ -304,7 +307,7 @@ def attention_registers_per_thread(spec: AttentionSpec, cfg: AttentionConfig) ->
 def _ws_blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
     """Blocks per SM the ``"ws"`` kernel is built for: 2 for one consumer warpgroup when two
     blocks' shared memory fits in the SM's 228 KiB (1 KiB reserved per block), else 1."""
-    if cfg.consumer_warpgroups == 1 and 2 * (attention_smem_bytes(spec, cfg) + 2048) <= 228 * 1024:
+    if cfg.consumer_warpgroups == 1 and 2 * (attention_smem_bytes(spec, cfg) + 2048) <= HOPPER.smem_per_sm_bytes:
         return 2
     return 1
 
@@ -324,7 +327,7 @@ def _blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
     return 1
 
 
-def _estimated_time(spec: AttentionSpec, cfg: AttentionConfig) -> float:
+def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     """A cheap relative cost (arbitrary units, lower is better) used to order configs.
 
     Tensor-core time of the padded work divided by a per-schedule efficiency (from the
@@ -369,7 +372,7 @@ def _fits(spec: AttentionSpec, cfg: AttentionConfig) -> bool:
 
 def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     """Configurations for ``spec``, pruned by shared memory (<= 227 KiB per block) and an
-    estimated register budget, deterministic, best first by :func:`_estimated_time`.
+    estimated register budget, deterministic, best first by :func:`attention_cost`.
 
     15 configurations at the reference case (h16 t4096 d128): the ``"ws"`` schedule with
     1-3 consumer warpgroups, ``block_n`` 64-176, 2-4 stages, ping-pong on and off, early
@@ -411,7 +414,7 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
         small = [c for c in kept if c.block_m <= 64]
         kept = small or kept
     order = {c: i for i, c in enumerate(kept)}
-    kept.sort(key=lambda c: (_estimated_time(spec, c), order[c]))
+    kept.sort(key=lambda c: (attention_cost(spec, c), order[c]))
     return kept
 
 
@@ -455,19 +458,19 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
     ``O[batch, tq, dv]`` (output, fully overwritten), all of ``spec.dtype``.
 
     Raises:
-        ValueError: when ``cfg`` cannot run ``spec`` (shared memory over 227 KiB,
+        LoweringError: when ``cfg`` cannot run ``spec`` (shared memory over 227 KiB,
             ``"ws"`` with a head dim that is not a multiple of 8 or over 256).
     """
     if attention_smem_bytes(spec, cfg) > SMEM_LIMIT_BYTES:
-        raise ValueError(
+        raise LoweringError(
             f"{cfg.label()} needs {attention_smem_bytes(spec, cfg)} B of shared memory for {spec}, "
             f"over {SMEM_LIMIT_BYTES}"
         )
     if cfg.schedule == "ws":
         if spec.dqk % 8 or spec.dv % 8:
-            raise ValueError("schedule 'ws' needs dqk and dv multiples of 8 (TMA 16-byte strides)")
+            raise LoweringError("schedule 'ws' needs dqk and dv multiples of 8 (TMA 16-byte strides)")
         if _padded_dim(spec.dqk) > 256 or _padded_dim(spec.dv) > 256:
-            raise ValueError("schedule 'ws' supports dqk, dv <= 256")
+            raise LoweringError("schedule 'ws' supports dqk, dv <= 256")
         body = _ws_body(spec, cfg)
     else:
         body = _pipelined_body(spec, cfg)

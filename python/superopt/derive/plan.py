@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 
-from .dag import LEAF_OPS, Axis, Graph, NodeId
+from ..ir.dag import LEAF_OPS, Axis, Graph, NodeId
 
 
 @dataclass(frozen=True)

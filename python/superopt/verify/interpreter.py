@@ -26,10 +26,10 @@ from typing import Mapping
 
 import numpy as np
 
-from .dag import LEAF_OPS, NodeId
-from .errors import DerivationError
-from .plan import Plan
-from .semantics import _Ops, align, apply_binary, apply_unary, einsum_spec
+from ..derive.plan import Plan
+from ..errors import DerivationError
+from ..ir.dag import LEAF_OPS, NodeId
+from ..ir.semantics import _Ops, align, apply_binary, apply_unary, einsum_spec
 
 Region = dict  # axis -> (start, stop)
 

@@ -40,17 +40,18 @@ import keyword
 import string
 from dataclasses import dataclass
 
-from ..errors import LoweringError
+from ...errors import LoweringError
+from ..target import HOPPER
 
-#: Shared memory one block may use on H100/H200 (227 KiB opt-in maximum).
-SMEM_LIMIT_BYTES = 227 * 1024
+#: Shared memory one block may use (227 KiB opt-in maximum on sm_90; :mod:`..target`).
+SMEM_LIMIT_BYTES = HOPPER.smem_per_block_bytes
 #: fp32 accumulator registers (acc [+ acc2] + sum-of-squares partials) per consumer thread,
 #: at most. A 128×256 fp32 tile over 256 threads (128) is the classic Hopper maximum.
 ACCUM_REGS_LIMIT = 144
 #: Registers a thread needs beside its accumulators (descriptors, addresses, epilogue).
 _NON_ACCUM_REGS = 32
-#: Streaming multiprocessors on an H100 SXM / H200.
-NUM_SMS = 132
+#: Streaming multiprocessors of the target (:mod:`..target`).
+NUM_SMS = HOPPER.num_sms
 
 _IN_DTYPES = ("float16", "bfloat16")
 _OUT_DTYPES = ("float16", "bfloat16", "float32")

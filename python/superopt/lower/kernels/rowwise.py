@@ -28,7 +28,8 @@ import keyword
 import string
 from dataclasses import dataclass
 
-from ..errors import LoweringError
+from ...errors import LoweringError
+from ..target import HOPPER
 
 _X_DTYPES = ("float16", "bfloat16", "float32")
 _OUT_DTYPES = ("float16", "bfloat16", "float32")
@@ -293,6 +294,22 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
     return "\n".join(out) + "\n"
 
 
+def row_cost(rows: int, cols: int, kind: str, c: RowConfig) -> tuple:
+    """The sort key of :func:`row_config_space` (lower is better): first enough blocks to
+    fill 132 SMs twice, then little padding, then 8 elements per thread per row step, then
+    256 threads, then smaller blocks."""
+    cols_eff = max(cols, 1)
+    blocks = _ceil_div(rows, c.block_rows)
+    if kind == "elementwise":
+        blocks *= _ceil_div(cols_eff, c.block_cols)
+    fill = round(min(blocks / (2 * HOPPER.num_sms), 1.0), 1)
+    padded = (_ceil_div(rows, c.block_rows) * c.block_rows
+              * _ceil_div(cols_eff, c.block_cols) * c.block_cols)
+    waste = round(padded / (rows * cols_eff), 1)
+    per_row = max(c.block_cols * c.block_rows // c.threads // c.block_rows, 1)
+    return (-fill, waste, abs(per_row - 8), c.threads != 256, c.block_rows, c.block_cols)
+
+
 def row_config_space(rows: int, cols: int, kind: str = "reduce",
                      limit: int | None = 12) -> list[RowConfig]:
     """Candidate block shapes for a ``[rows, cols]`` row-wise kernel, best-first.
@@ -328,19 +345,7 @@ def row_config_space(rows: int, cols: int, kind: str = "reduce",
                 if br > 1 and br > 2 * rows:
                     continue
                 cands.append(RowConfig(br, bc, threads))
-
-    def cost(c: RowConfig) -> tuple:
-        blocks = _ceil_div(rows, c.block_rows)
-        if kind == "elementwise":
-            blocks *= _ceil_div(cols_eff, c.block_cols)
-        fill = round(min(blocks / (2 * 132), 1.0), 1)
-        padded = (_ceil_div(rows, c.block_rows) * c.block_rows
-                  * _ceil_div(cols_eff, c.block_cols) * c.block_cols)
-        waste = round(padded / (rows * cols_eff), 1)
-        per_row = max(c.block_cols * c.block_rows // c.threads // c.block_rows, 1)
-        return (-fill, waste, abs(per_row - 8), c.threads != 256, c.block_rows, c.block_cols)
-
-    cands.sort(key=cost)
+    cands.sort(key=lambda c: row_cost(rows, cols, kind, c))
     if not cands:  # a tiny kernel: one warp, a 64-wide step
         cands = [RowConfig(1, 64, 32)]
     return cands if limit is None else cands[:limit]

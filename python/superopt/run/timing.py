@@ -17,8 +17,9 @@ the cache, not memory. Both warm up first (module load, TileLang/cuBLAS handles,
 On a CPU device (tests) both fall back to the host clock (``time.perf_counter_ns``): the
 same medians, no events, no graphs.
 
-The roofline floor (:func:`floor_us`) is ``max(flops / peak, bytes / bandwidth)`` with both
-ceilings measured in the same run by :func:`measure_ceilings` (fp16 8192³ matmul; a 1 GiB
+The roofline floor (:meth:`superopt.run.records.Ceilings.floor_us`) is
+``max(flops / peak, bytes / bandwidth)`` with both ceilings measured in the same run by
+:func:`measure_ceilings` (fp16 8192³ matmul; a 1 GiB
 device-to-device copy counting bytes read plus bytes written), as
 ``/work/.library/device/METHOD.md`` prescribes.
 
@@ -33,98 +34,23 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
-#: The L2 of the H200 as the design assumes it (ARCHITECTURE.md); used when the device does
-#: not report its own (``torch.cuda.get_device_properties(...).L2_cache_size``).
-DEFAULT_L2_BYTES = 60 * 2**20
+from ..lower.target import HOPPER
+from .records import Ceilings, Comparison, Timing, TimingConfig
 
-#: Rotating input sets together exceed this multiple of the L2.
-ROTATE_L2_FACTOR = 2.0
+#: The L2 of the model target (:data:`superopt.lower.target.HOPPER`); used when the device
+#: does not report its own (``torch.cuda.get_device_properties(...).L2_cache_size``).
+DEFAULT_L2_BYTES = HOPPER.l2_bytes
+
+#: Rotating input sets together exceed this multiple of the L2 (``TimingConfig.rotate_factor``).
+ROTATE_L2_FACTOR = TimingConfig.rotate_factor
 
 #: Default cap on the memory that rotation copies may take: the smaller of 4 GiB and a fifth
 #: of the device's free memory.
 DEFAULT_ROTATE_CAP_BYTES = 4 * 2**30
-
-
-@dataclass(frozen=True)
-class Timing:
-    """The two times of one callable, in µs per call.
-
-    Attributes:
-        call_us: median per call from Python, launch included (:func:`time_call`).
-        graph_us: median per call in a CUDA-graph replay (:func:`time_graph`); ``None`` when
-            graph timing was off or the capture failed (then ``graph_error`` says why).
-        graph_error: short text of the capture/replay failure, else ``None``.
-    """
-
-    call_us: float
-    graph_us: float | None
-    graph_error: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class TimingConfig:
-    """How hard to time. The defaults suit kernels from 5 µs to a few ms.
-
-    Attributes:
-        warmup: untimed calls before timing (per method).
-        reps: timed calls for :func:`time_call`; ``None`` picks as many as fit in
-            ``target_call_ms`` (estimated from the warm-up), within ``[min_reps, max_reps]``.
-        replays: timed replays of the captured graph.
-        target_replay_us: calls captured per graph are chosen so one replay lasts about this
-            long (at least one call per rotation set, at most ``max_calls_per_replay``).
-        graph: time with CUDA graphs at all (CUDA devices only).
-        rotate_factor: rotation sets together exceed ``rotate_factor`` × L2.
-        l2_bytes: the L2 size; ``None`` asks the device (fallback :data:`DEFAULT_L2_BYTES`).
-        mem_cap_bytes: cap on the memory of all rotation sets; ``None``: the smaller of
-            :data:`DEFAULT_ROTATE_CAP_BYTES` and a fifth of free device memory.
-        max_sets: cap on the number of rotation sets.
-    """
-
-    warmup: int = 10
-    reps: int | None = None
-    min_reps: int = 20
-    max_reps: int = 1000
-    target_call_ms: float = 100.0
-    replays: int = 20
-    target_replay_us: float = 2000.0
-    max_calls_per_replay: int = 1000
-    graph: bool = True
-    rotate_factor: float = ROTATE_L2_FACTOR
-    l2_bytes: int | None = None
-    mem_cap_bytes: int | None = None
-    max_sets: int = 64
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """The two roofline ceilings measured on one device in this run.
-
-    Attributes:
-        matmul_tflops: fp16 ``n×n @ n×n`` matmul rate (``2 n³`` FLOPs over the median time),
-            TFLOP/s (float32 on CPU).
-        copy_tb_per_s: device-to-device copy bandwidth, bytes read plus bytes written over
-            the median time, TB/s (10¹² bytes/s).
-        matmul_n: the matmul size ``n``.
-        copy_bytes: bytes of the copied buffer (moved: twice that per copy).
-        device: the device's name.
-    """
-
-    matmul_tflops: float
-    copy_tb_per_s: float
-    matmul_n: int = 0
-    copy_bytes: int = 0
-    device: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,17 +409,44 @@ def measure_ceilings(device: Any = "cuda", *, matmul_n: int | None = None,
                     matmul_n=n, copy_bytes=elems * 2, device=name)
 
 
-def floor_us(flops: float, bytes_moved: float, ceilings: Ceilings) -> float:
-    """The roofline floor in µs: ``max(flops / peak, bytes_moved / bandwidth)``.
+# --------------------------------------------------------------------------------------------
+# the comparison harness
+
+
+def compare(subjects: dict[str, tuple[Callable[..., Any], Sequence[tuple]]], *, rounds: int,
+            rng: Any, config: TimingConfig | None = None, device: Any = None) -> Comparison:
+    """Time every subject once per round, in a fresh random order each round.
+
+    Every speed ratio the project reports comes from here (the search's final round, the
+    benchmark, the suite): no subject is always first, so the first-measurement advantage
+    of a process (ARCHITECTURE.md: 213.7 µs first, ~235 µs later for the same kernel) and
+    clock drift fall on everyone alike. Run it in several processes
+    (:meth:`superopt.run.session.Session.compare`) to include the drift between processes.
 
     Args:
-        flops: floating-point operations of the workload (``peers.flops``).
-        bytes_moved: fewest bytes through device memory (``peers.min_bytes``).
-        ceilings: measured in the same run (:func:`measure_ceilings`).
+        subjects: name → ``(fn, rotation argument tuples)`` (the caller fills in which names
+            are candidates and which peers).
+        rounds: rounds (≥ 1).
+        rng: a ``random.Random`` (seeded by the caller, recorded by the order it yields).
+        config: how to time each measurement (:func:`measure`).
+        device: where the subjects run.
 
-    Example:
-        ``floor_us(2e9, 1e8, Ceilings(100.0, 2.0)) == 50.0`` (compute 20 µs, memory 50 µs).
+    Returns:
+        A :class:`~superopt.run.records.Comparison`: per subject the round times (CUDA-graph
+        replay µs, else per-call µs; ``None`` for a round whose measurement failed), the
+        order of every round.
     """
-    compute_us = flops / (ceilings.matmul_tflops * 1e6)
-    memory_us = bytes_moved / (ceilings.copy_tb_per_s * 1e6)
-    return max(compute_us, memory_us)
+    names = list(subjects)
+    out = Comparison(candidates=[], peers=[], times_us={n: [] for n in names})
+    for _ in range(max(1, rounds)):
+        order = names[:]
+        rng.shuffle(order)
+        out.order.append(order)
+        for name in order:
+            fn, sets = subjects[name]
+            try:
+                t = measure(fn, rotate=sets, config=config, device=device)
+                out.times_us[name].append(t.graph_us if t.graph_us is not None else t.call_us)
+            except Exception:  # noqa: BLE001 - a failed round is a gap, not a number
+                out.times_us[name].append(None)
+    return out

@@ -11,38 +11,33 @@ Algorithm (mirrored by ``Superopt.Derive.deriveAll`` in Lean, same ids, same ord
 3. Complete each discovered plan: for each kernel in order, ``stream_reduction`` if it has an
    unstreamed reduction axis, then ``tile_parallel`` on each tileable axis not yet tiled. These
    steps are appended to the derivation, so every derivation is explicit.
-4. Number the distinct completed plans in discovery order: ids ``d0, d1, ...``. Then keep
-   those the lowering can express (:func:`superopt.lower.lowerable`); ids keep their number,
-   so the Lean enumerator, which does not lower, assigns the same ids.
+4. Number the distinct completed plans in discovery order: ids ``d0, d1, ...``, the same
+   ids the Lean enumerator assigns. Which of them the backend can lower is decided by the
+   lowering stage, later (:func:`superopt.lower.lowerable`); ids keep their number.
 
-Each derivation is its ordered list of :class:`~superopt.wire.Step`\\ s; :func:`replay`
-applies one to the graph again and is how a derivation received over the wire is checked.
+Each derivation is its ordered list of :class:`~superopt.derive.derivation.Step`\\ s;
+:func:`replay` applies one to the graph again and is how a derivation received over the
+wire is checked.
+
+Owns: the enumeration order and ids. Must not import the lowering (what the backend can
+express is not a fact about derivations) or anything later.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
-from .dag import Graph
-from .errors import DerivationError, SuperoptError
+from ..errors import DerivationError, SuperoptError
+from ..ir.dag import Graph
+from .derivation import Derivation, Derived, Step
 from .plan import Plan, initial_plan
-from .rules import RULES, SEARCH_RULES, get_rule
-from .wire import Derivation, Step
+from .rules import RULES, SEARCH_RULES, get_rule, tileable_axes
 
 #: Default search depth: enough for the longest reference derivation (rmsnorm_mlp's
 #: one-kernel plan takes 11 steps before completion).
 DEFAULT_MAX_DEPTH = 12
 #: Safety bound on the number of distinct plans explored.
 DEFAULT_MAX_PLANS = 20000
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A derivation together with the plan it produces."""
-
-    derivation: Derivation
-    plan: Plan
 
 
 def explore(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
@@ -74,7 +69,6 @@ def explore(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
 
 def complete(plan: Plan) -> tuple[Plan, tuple[Step, ...]]:
     """Stream every reduction and tile the tileable axes of every kernel (canonical order)."""
-    from .rules import tileable_axes
     steps: list[Step] = []
     k = 0
     while k < len(plan.kernels):
@@ -90,9 +84,13 @@ def complete(plan: Plan) -> tuple[Plan, tuple[Step, ...]]:
 
 
 def derive_all(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
-               max_plans: int = DEFAULT_MAX_PLANS, *, lowerable_only: bool = True) -> list[Derived]:
-    """The derivations of ``graph``: ids ``d0, d1, ...`` in canonical discovery order."""
-    from .lower import lowerable
+               max_plans: int = DEFAULT_MAX_PLANS) -> list[Derived]:
+    """Every derivation of ``graph``: ids ``d0, d1, ...`` in canonical discovery order.
+
+    Lowerable or not: which plans the backend can express is the lowering's question
+    (:func:`superopt.lower.lowerable`), asked by the search, so this list is exactly what
+    Lean's ``deriveAll`` enumerates (the golden ``*.derivations.msgpack`` files).
+    """
     out: list[Derived] = []
     seen = set()
     for plan, steps in explore(graph, max_depth, max_plans):
@@ -101,10 +99,7 @@ def derive_all(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
         if key in seen:
             continue
         seen.add(key)
-        d = Derivation(graph.name, f"d{len(seen) - 1}", steps + tail)
-        if lowerable_only and not lowerable(done):
-            continue
-        out.append(Derived(d, done))
+        out.append(Derived(Derivation(graph.name, f"d{len(seen) - 1}", steps + tail), done))
     return out
 
 
@@ -132,5 +127,5 @@ def find(derived: list[Derived], derivation_id: str) -> Derived:
             return d
     ids = [d.derivation.id for d in derived]
     shown = ", ".join(ids[:8]) + (f", ... {ids[-1]}" if len(ids) > 8 else "")
-    raise DerivationError(f"no derivation {derivation_id!r}; the {len(ids)} lowerable ones are "
+    raise DerivationError(f"no derivation {derivation_id!r}; the {len(ids)} known ones are "
                           f"{shown} (`superopt derive` lists them)", path="id")

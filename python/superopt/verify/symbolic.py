@@ -58,15 +58,16 @@ import numpy as np
 import sympy as sp
 import z3
 
-from . import interp
-from .dag import Graph, Node, NodeId
-from .derive import complete, explore
-from .dsl import DagBuilder, build_graph_with_output
-from .errors import SuperoptError
-from .plan import Plan, initial_plan
-from .rules import (LOG2E, RULES, _merge, _online_parts, _row_scale_parts, _split_parts,
-                    rewrite_graph)
-from .semantics import _Ops, evaluate
+from ..derive.enumerator import complete, explore
+from ..derive.plan import Plan, initial_plan
+from ..derive.rules import (RULES, _merge, _online_parts, _row_scale_parts, _split_parts,
+                            rewrite_graph)
+from ..errors import SuperoptError
+from ..ir.dag import Graph, Node, NodeId
+from ..ir.dsl import DagBuilder, build_graph_with_output
+from ..ir.ops import LOG2E
+from ..ir.semantics import _Ops, evaluate
+from . import interpreter as interp
 
 # -- the law class ------------------------------------------------------------------------
 
@@ -890,7 +891,7 @@ def _graph(name: str, axes, body) -> Graph:
 
 def _small_graphs() -> dict[str, Graph]:
     """The workloads at small sizes (edge tiles at tile 2) and graphs made for some rules."""
-    from .workloads import WORKLOADS
+    from ..ir.workloads import WORKLOADS
     g = {
         "attention": WORKLOADS["attention"].graph(h=2, t_q=2, t_kv=3, d_h=2),
         "swiglu": WORKLOADS["swiglu"].graph(m=2, n=3, d=3),

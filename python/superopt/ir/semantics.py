@@ -15,11 +15,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..errors import SchemaError
 from .dag import Graph, Node
-from .errors import SchemaError
-
-LOG2E = 1.0 / math.log(2.0)
-
+from .facts import input_scales
+from .ops import BINARY, UNARY
 
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
@@ -64,37 +63,13 @@ def align(x, axes: tuple[str, ...], out_axes: tuple[str, ...], ops: _Ops | None 
 
 
 def apply_unary(op: str, x, ops: _Ops):
-    if op == "exp":
-        return ops.exp(x)
-    if op == "exp2":
-        return ops.exp2(x)
-    if op == "silu":
-        return x / (1.0 + ops.exp(-x))
-    if op == "square":
-        return x * x
-    if op == "rsqrt":
-        return 1.0 / ops.sqrt(x)
-    if op == "sqrt":
-        return ops.sqrt(x)
-    if op == "neg":
-        return -x
-    if op == "recip":
-        return 1.0 / x
-    raise ValueError(op)
+    """The value of unary ``op`` (:data:`superopt.ir.ops.UNARY`) on ``x``."""
+    return UNARY[op].apply(x, ops)
 
 
 def apply_binary(op: str, x, y, ops: _Ops):
-    if op == "add":
-        return x + y
-    if op == "sub":
-        return x - y
-    if op == "mul":
-        return x * y
-    if op == "div":
-        return x / y
-    if op == "max":
-        return ops.maximum(x, y)
-    raise ValueError(op)
+    """The value of binary ``op`` (:data:`superopt.ir.ops.BINARY`) on aligned ``x``, ``y``."""
+    return BINARY[op].apply(x, y, ops)
 
 
 def einsum_spec(a_axes, b_axes, axis_a, axis_b, out_axes) -> str:
@@ -189,7 +164,8 @@ def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None
     Args:
         seed: the generator seed (the same seed gives the same values on any machine for
             the numpy path; the torch path uses ``torch.Generator(device)``).
-        scales: input name → σ (default: the workload's documented scales, else 1.0).
+        scales: input name → σ (default: :func:`superopt.ir.facts.input_scales`, the
+            realistic scales computed from the graph's structure).
         dtype: ``None`` → numpy float64; a torch dtype → torch tensors of that dtype on
             ``device`` (the values are drawn in float32 then cast).
 
@@ -197,9 +173,7 @@ def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None
         input name → array.
     """
     if scales is None:
-        from .workloads import WORKLOADS
-        w = WORKLOADS.get(graph.name)
-        scales = w.input_scales(graph.sizes) if w is not None and set(w.reference_case) == set(graph.sizes) else {}
+        scales = input_scales(graph)
     out: dict[str, Any] = {}
     if dtype is None:
         rng = np.random.default_rng(seed)

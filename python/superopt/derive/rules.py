@@ -34,15 +34,13 @@ Schedule rules change the kernels, never the graph:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
-from .dag import LEAF_OPS, Graph, Node, NodeId
-from .errors import DerivationError
+from ..errors import DerivationError
+from ..ir.dag import LEAF_OPS, Graph, Node, NodeId
+from ..ir.ops import LOG2E
 from .plan import Kernel, Plan, initial_plan
-
-LOG2E = 1.0 / math.log(2.0)
 
 Site = tuple
 

@@ -16,9 +16,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .target import HOPPER
+
 #: The Hopper target. ``sm_90a`` rather than ``sm_90``: the warp-specialised templates use
 #: ``setmaxnreg``, which nvcc rejects for plain sm_90 (TILELANG.md).
-SM90A = {"kind": "cuda", "arch": "sm_90a"}
+SM90A = HOPPER.compile_target
 
 
 def lower_to_cuda(prim_func: Any, *, device_compile: bool = False) -> str:

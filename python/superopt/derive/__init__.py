@@ -1,0 +1,18 @@
+"""What may be rewritten into what: kernel plans, the rewrite rules, the enumerator.
+
+* :mod:`superopt.derive.plan`: :class:`Plan` and :class:`Kernel`, the state a derivation
+  acts on;
+* :mod:`superopt.derive.rules`: the rules (each names its Lean soundness theorem);
+* :mod:`superopt.derive.enumerator`: :func:`derive_all`, :func:`replay`, :func:`find`;
+* :mod:`superopt.derive.derivation`: the :class:`Step`, :class:`Derivation` and
+  :class:`Derived` records.
+
+The second stage: imports the IR only. Mirrors ``Lean/Superopt/Derive/``.
+"""
+
+from .derivation import Derivation, Derived, Step
+from .enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, complete, derive_all, explore,
+                         find, replay)
+
+__all__ = ["Derivation", "Derived", "Step", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_PLANS",
+           "complete", "derive_all", "explore", "find", "replay"]

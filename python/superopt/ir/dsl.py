@@ -1,0 +1,174 @@
+"""The graph-building DSL, a line-for-line mirror of Lean's ``DagM`` (``Lean/Superopt/Dsl.lean``).
+
+Each call appends one node and returns its :data:`~superopt.dag.NodeId`; shape inference
+runs as nodes are added, so a bad node fails at the line that builds it with a typed
+:class:`~superopt.errors.GraphError` naming ``nodes[i]``.
+
+Example::
+
+    def body(b: DagBuilder) -> NodeId:
+        x = b.input("X", ["m", "d"])
+        w = b.input("W", ["d", "n"])
+        return b.matmul(x, w, "d", "d")
+
+    g = build_graph_with_output("matmul", [("m", 4), ("d", 8), ("n", 2)], body)
+    assert g.output_shape == (4, 2)
+
+Node order is part of the wire format (golden vectors): the Lean DSL and this one build
+the five workloads' nodes in the same order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ..errors import DanglingNodeError
+from .dag import Axis, Graph, Node, NodeId, infer_axes
+
+SUM = "sum"
+MAX = "max"
+
+
+class DagBuilder:
+    """Accumulates nodes over declared axes; :meth:`build` returns the checked :class:`Graph`.
+
+    Args:
+        name: the graph's name.
+        axes: ``[(axis, size), ...]`` in declaration order.
+    """
+
+    def __init__(self, name: str, axes: Sequence[tuple[Axis, int]]) -> None:
+        self.name = name
+        self.axes = tuple((a, s) for a, s in axes)
+        # validate the axis table once, through the Graph constructor's checks
+        Graph(name, self.axes, (Node("const", value=0.0),), 0)
+        self._sizes = dict(self.axes)
+        self.nodes: list[Node] = []
+        self._output: NodeId | None = None
+
+    # -- core ----------------------------------------------------------------------------
+    def _add(self, node: Node) -> NodeId:
+        i = len(self.nodes)
+        where = f"nodes[{i}]"
+        for j, a in enumerate(node.args):
+            if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < i:
+                raise DanglingNodeError(f"argument {j} is {a!r}, which names no earlier node",
+                                        path=where)
+        axes = infer_axes(node, [self.nodes[a].axes for a in node.args], self._sizes, where)
+        self.nodes.append(Node(node.op, node.args, axes, node.name, node.axis, node.axis_b,
+                               node.fn, node.value))
+        return i
+
+    def input(self, name: str, axes: Sequence[Axis]) -> NodeId:
+        """A tensor argument ``name`` with the given named axes."""
+        return self._add(Node("input", (), tuple(axes), name=name))
+
+    def size_const(self, axis: Axis) -> NodeId:
+        """The size of ``axis`` as a scalar (Lean: ``sizeConst``)."""
+        return self._add(Node("size", axis=axis))
+
+    def eps_const(self, value: float) -> NodeId:
+        """The scalar epsilon (Lean: ``epsConst``)."""
+        return self._add(Node("eps", value=float(value)))
+
+    def const(self, value: float) -> NodeId:
+        """A scalar constant (introduced by rules, e.g. log2(e))."""
+        return self._add(Node("const", value=float(value)))
+
+    def unary(self, op: str, x: NodeId) -> NodeId:
+        return self._add(Node(op, (x,)))
+
+    def binary(self, op: str, x: NodeId, y: NodeId) -> NodeId:
+        # axes are global names with one size each: broadcasting cannot mismatch sizes
+        return self._add(Node(op, (x, y)))
+
+    def exp(self, x: NodeId) -> NodeId:
+        return self.unary("exp", x)
+
+    def exp2(self, x: NodeId) -> NodeId:
+        return self.unary("exp2", x)
+
+    def silu(self, x: NodeId) -> NodeId:
+        return self.unary("silu", x)
+
+    def square(self, x: NodeId) -> NodeId:
+        return self.unary("square", x)
+
+    def rsqrt(self, x: NodeId) -> NodeId:
+        return self.unary("rsqrt", x)
+
+    def sqrt(self, x: NodeId) -> NodeId:
+        return self.unary("sqrt", x)
+
+    def neg(self, x: NodeId) -> NodeId:
+        return self.unary("neg", x)
+
+    def recip(self, x: NodeId) -> NodeId:
+        return self.unary("recip", x)
+
+    def add(self, x: NodeId, y: NodeId) -> NodeId:
+        return self.binary("add", x, y)
+
+    def sub(self, x: NodeId, y: NodeId) -> NodeId:
+        return self.binary("sub", x, y)
+
+    def mul(self, x: NodeId, y: NodeId) -> NodeId:
+        return self.binary("mul", x, y)
+
+    def div(self, x: NodeId, y: NodeId) -> NodeId:
+        return self.binary("div", x, y)
+
+    def max(self, x: NodeId, y: NodeId) -> NodeId:
+        return self.binary("max", x, y)
+
+    def red(self, fn: str, axis: Axis, x: NodeId) -> NodeId:
+        """Reduce ``x`` over ``axis`` with ``fn`` in ``SUM | MAX`` (Lean: ``red .sum axis x``)."""
+        return self._add(Node("reduce", (x,), axis=axis, fn=fn))
+
+    def matmul(self, a: NodeId, b: NodeId, axis_a: Axis, axis_b: Axis) -> NodeId:
+        """Contract ``axis_a`` of ``a`` with ``axis_b`` of ``b`` (shared names are batch axes)."""
+        return self._add(Node("matmul", (a, b), axis=axis_a, axis_b=axis_b))
+
+    def output(self, x: NodeId) -> NodeId:
+        """Mark the graph's output."""
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < len(self.nodes):
+            raise DanglingNodeError(f"output {x!r} names no node", path="output")
+        self._output = x
+        return x
+
+    def build(self) -> Graph:
+        """The checked graph. Raises :class:`MissingOutputError` if no output was set."""
+        return Graph(self.name, self.axes, tuple(self.nodes), self._output)
+
+
+def build_graph_with_output(name: str, axes: Sequence[tuple[Axis, int]],
+                            body: Callable[[DagBuilder], NodeId]) -> Graph:
+    """Run ``body`` on a fresh builder and make its result the output (Lean: ``buildGraphWithOutput``)."""
+    b = DagBuilder(name, axes)
+    b.output(body(b))
+    return b.build()
+
+
+# -- sub-DAGs shared by the workloads (Lean: softmaxSubdag, rmsNormSubdag) ----------------
+
+def softmax_subdag(b: DagBuilder, s: NodeId, axis: Axis) -> NodeId:
+    """``exp(S) / sum_axis exp(S)``, the literal (unstabilised) softmax of WORKLOADS.md."""
+    e = b.exp(s)
+    z = b.red(SUM, axis, e)
+    return b.div(e, z)
+
+
+def rms_norm_subdag(b: DagBuilder, x: NodeId, axis: Axis, eps: float) -> NodeId:
+    """``X * rsqrt(sum_axis(X^2) / size(axis) + eps)`` (WORKLOADS.md, rmsnorm)."""
+    sq = b.square(x)
+    ss = b.red(SUM, axis, sq)
+    n = b.size_const(axis)
+    ms = b.div(ss, n)
+    ep = b.eps_const(eps)
+    ad = b.add(ms, ep)
+    r = b.rsqrt(ad)
+    return b.mul(x, r)
+
+
+__all__ = ["DagBuilder", "build_graph_with_output", "softmax_subdag", "rms_norm_subdag",
+           "SUM", "MAX"]

@@ -1,0 +1,79 @@
+"""Configurations of a matched plan: the search space, and its flat wire form.
+
+A plan's configuration is one family configuration per kernel. Its wire form is a flat map
+``{"k0.block_m": 128, "k0.stages": 2, "k1.block_rows": 4, ...}`` (``docs/wire.md``, config
+maps), which :func:`flatten_config` and :func:`unflatten_config` convert.
+
+Owns: the whole-plan space and the flat form. Must not import module emission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..errors import LoweringError
+from .families import FAMILIES
+from .lowering import KernelLowering, PlanMatch
+
+
+def kernel_config_space(kl: KernelLowering) -> list:
+    """The pruned, best-first configurations of one matched kernel."""
+    return FAMILIES[kl.family].config_space(kl.spec)
+
+
+def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
+    """Whole-plan configurations, best first: the dominant kernel (most FLOPs; the first if
+    none) runs through its configuration space, the others keep their best-ranked one.
+
+    Returns flat dicts ``{"k0.block_m": 128, ...}``; ``[]`` when some kernel has no valid
+    configuration at all.
+    """
+    kls = match.kernels
+    spaces = [kernel_config_space(kl) for kl in kls]
+    if any(not s for s in spaces):
+        return []
+    main = max(range(len(kls)), key=lambda i: (kls[i].flops, -i))
+    out = []
+    for cfg in spaces[main][:limit]:
+        chosen = [cfg if i == main else spaces[i][0] for i in range(len(kls))]
+        out.append(flatten_config(chosen))
+    return out
+
+
+def flatten_config(configs: list) -> dict:
+    """``[GemmConfig(...), RowConfig(...)]`` → ``{"k0.block_m": ..., "k1.block_rows": ...}``."""
+    flat: dict = {}
+    for i, c in enumerate(configs):
+        for key, value in asdict(c).items():
+            flat[f"k{i}.{key}"] = value
+    return flat
+
+
+def unflatten_config(match: PlanMatch, flat: dict) -> list:
+    """The per-kernel config objects of a flat configuration.
+
+    Raises:
+        LoweringError: a key that names no kernel or field, a missing field, or a value
+            the family refuses.
+    """
+    kls = match.kernels
+    per: list[dict] = [{} for _ in kls]
+    for key, value in flat.items():
+        head, _, fld = key.partition(".")
+        if not head.startswith("k") or not head[1:].isdigit() or int(head[1:]) >= len(kls):
+            raise LoweringError(f"configuration key {key!r} names no kernel (the plan has "
+                                f"{len(kls)}; keys are k<i>.<field>, e.g. k0.block_m)",
+                                path=f"config.{key}")
+        per[int(head[1:])][fld] = value
+    out = []
+    for kl, fields in zip(kls, per):
+        cls = FAMILIES[kl.family].config_type
+        try:
+            out.append(cls(**fields))
+        except TypeError as e:
+            raise LoweringError(f"configuration of kernel {kl.index} ({kl.family}): {e}",
+                                path=f"config.k{kl.index}") from None
+        except LoweringError as e:
+            raise LoweringError(f"configuration of kernel {kl.index} ({kl.family}): "
+                                f"{e.message}", path=f"config.k{kl.index}") from None
+    return out

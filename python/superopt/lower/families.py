@@ -1,0 +1,94 @@
+"""The kernel families, as one table: for each, its matcher, configuration type and space,
+source writer and cost model.
+
+==============  ==============================  ==========================================
+family          source writer                   configuration space (best first)
+==============  ==============================  ==========================================
+attention       :func:`attention_source`        :func:`attention_config_space`
+gemm            :func:`gemm_source`             :func:`gemm_config_space`
+rowreduce       :func:`rowreduce_source`        :func:`row_config_space` (``"reduce"``)
+elementwise     :func:`elementwise_source`      :func:`row_config_space` (``"elementwise"``)
+==============  ==============================  ==========================================
+
+A kernel of a completed plan goes to the first family whose ``claims`` predicate holds
+(online state → attention; a matmul → gemm; a reduction → rowreduce; else elementwise);
+that family's matcher then either expresses it or says why not. Adding a family is one
+:class:`Family` entry (and its kernel module under :mod:`superopt.lower.kernels`).
+
+Owns: the dispatch from plan kernels to families. Must not import anything that runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..derive.plan import Plan
+from ..errors import LoweringError
+from .kernels.attention import (AttentionConfig, attention_config_space, attention_cost,
+                                attention_source)
+from .kernels.gemm import GemmConfig, gemm_config_space, gemm_cost_clk, gemm_source
+from .kernels.rowwise import (RowConfig, elementwise_source, row_config_space, row_cost,
+                              rowreduce_source)
+from .lowering import KernelLowering
+from .matchers import match_attention, match_elementwise, match_gemm, match_rowreduce
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel family.
+
+    Attributes:
+        name: its name in records and module names (``k<i>_<name>``).
+        claims: ``claims(plan, k)``: whether kernel ``k`` has this family's structure.
+        match: ``match(plan, k, dtype) -> KernelLowering``; raises ``LoweringError``.
+        config_type: the frozen dataclass of one configuration.
+        config_space: ``config_space(spec) -> [config, ...]``, pruned, best first.
+        source: ``source(spec, config) -> str``, the text of ``def build_<name>():``.
+        cost: ``cost(spec, config)``, the model that orders the space: a number (GEMM:
+            SM clocks; attention: relative units) or a sort key (row kernels); lower is
+            better.
+    """
+
+    name: str
+    claims: Callable[[Plan, int], bool]
+    match: Callable[[Plan, int, str], KernelLowering]
+    config_type: type
+    config_space: Callable[[Any], list]
+    source: Callable[[Any, Any], str]
+    cost: Callable[[Any, Any], Any]
+
+
+def _ops(plan: Plan, k: int) -> set[str]:
+    return {plan.graph.nodes[n].op for n in plan.kernels[k].nodes}
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("attention", lambda p, k: p.kernels[k].online, match_attention, AttentionConfig,
+           attention_config_space, attention_source, attention_cost),
+    Family("gemm", lambda p, k: "matmul" in _ops(p, k), match_gemm, GemmConfig,
+           gemm_config_space, gemm_source, gemm_cost_clk),
+    Family("rowreduce", lambda p, k: "reduce" in _ops(p, k), match_rowreduce, RowConfig,
+           lambda s: row_config_space(s.rows, s.cols, "reduce"), rowreduce_source,
+           lambda s, c: row_cost(s.rows, s.cols, "reduce", c)),
+    Family("elementwise", lambda p, k: True, match_elementwise, RowConfig,
+           lambda s: row_config_space(s.rows, s.cols, "elementwise"), elementwise_source,
+           lambda s, c: row_cost(s.rows, s.cols, "elementwise", c)),
+)}
+
+
+def family_of(plan: Plan, k: int) -> Family:
+    """The family that claims kernel ``k`` (the first in :data:`FAMILIES` order)."""
+    for f in FAMILIES.values():
+        if f.claims(plan, k):
+            return f
+    raise LoweringError(f"no family claims kernel {k}", path=f"kernels[{k}]")  # unreachable
+
+
+def family(name: str) -> Family:
+    """The family called ``name``. Raises :class:`LoweringError` naming the known ones."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise LoweringError(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}",
+                            path="family") from None

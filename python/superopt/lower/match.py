@@ -1,0 +1,54 @@
+"""Matching a completed plan to its kernel families, once.
+
+:func:`match_plan` dispatches every kernel through :data:`~superopt.lower.families.FAMILIES`
+and returns the :class:`~superopt.lower.lowering.PlanMatch` that the estimate, the
+configuration space, the source writer and the launcher all take.
+
+Owns: the completeness check and the dispatch. Must not import module emission.
+"""
+
+from __future__ import annotations
+
+from ..derive.plan import Plan
+from ..dtypes import storage_dtype as _storage
+from ..errors import LoweringError
+from .families import family_of
+from .lowering import KernelLowering, PlanMatch
+
+
+def match_kernel(plan: Plan, k: int, dtype: str = "float16") -> KernelLowering:
+    """Match kernel ``k`` of a completed plan to its family.
+
+    Raises:
+        LoweringError: no family expresses it (the message says why), or the kernel is not
+            completed (parallel axes untiled, reduction not streamed).
+    """
+    kern = plan.kernels[k]
+    fam = family_of(plan, k)
+    kl = fam.match(plan, k, dtype)
+    dom = plan.domain(k)
+    if set(kern.grid) != set(dom[-2:]) or (fam.name != "elementwise" and plan.reduction_axis(k)
+                                           and kern.stream is None):
+        raise LoweringError(f"kernel {k} is not completed (tile its parallel axes, stream its "
+                            "reduction)", path=f"kernels[{k}]")
+    return kl
+
+
+def match_plan(plan: Plan, dtype: str = "float16") -> PlanMatch:
+    """Every kernel of ``plan`` matched to its family, for storage dtype ``dtype``.
+
+    Raises:
+        LoweringError: a kernel no family expresses; CaseError: an unknown dtype.
+    """
+    name = _storage(dtype).name
+    return PlanMatch(plan, name, tuple(match_kernel(plan, k, name)
+                                       for k in range(len(plan.kernels))))
+
+
+def lowerable(plan: Plan, dtype: str = "float16") -> bool:
+    """Whether every kernel of ``plan`` matches a family."""
+    try:
+        match_plan(plan, dtype)
+    except LoweringError:
+        return False
+    return True

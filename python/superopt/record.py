@@ -1,0 +1,175 @@
+"""The typed record of a run: each candidate as planned and as run, the peers, the
+comparison, the ceilings; what the report presents, the bridge sends and ``record.json``
+holds (:meth:`RunRecord.to_json`).
+
+Owns: the record and its JSON form. Imports the records of the earlier stages only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .derive.derivation import Derived
+from .derive.rules import RULES
+from .ir.dag import Graph
+from .ir.facts import flops as graph_flops, min_bytes as graph_min_bytes
+from .lower.lowering import PlanMatch
+from .run.protocol import LowerOutcome
+from .run.records import Candidate, CandidateResult, Ceilings, Comparison, PeerResult
+
+
+@dataclass(frozen=True)
+class PlannedCandidate:
+    """A candidate before it runs: derivation, matched plan, configuration, module, estimate."""
+
+    id: str
+    derived: Derived
+    match: PlanMatch
+    config: dict
+    module_path: str
+    source_hash: str
+    estimate_us: float
+
+    def candidate(self) -> Candidate:
+        """The record the run stage takes."""
+        return Candidate(self.id, self.derived.derivation.id, dict(self.config),
+                         self.module_path, self.source_hash)
+
+
+@dataclass
+class CandidateRecord:
+    """One candidate as the report shows it: its plan and, once run, its result."""
+
+    planned: PlannedCandidate
+    result: CandidateResult | None = None
+    lowered: LowerOutcome | None = None
+    search_us: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.planned.id
+
+    @property
+    def status(self) -> str:
+        if self.result is not None:
+            return self.result.status
+        if self.lowered is not None:
+            return "lowered" if self.lowered.status == "ok" else self.lowered.status
+        return "planned"
+
+    @property
+    def time_us(self) -> float | None:
+        return self.result.time_us if self.result is not None else None
+
+    def to_json(self, flops: int | None) -> dict:
+        p = self.planned
+        d: dict[str, Any] = {"id": p.id, "derivation_id": p.derived.derivation.id,
+                             "config": p.config, "status": self.status,
+                             "steps": [s.rule for s in p.derived.derivation.steps],
+                             "kernels": len(p.match.kernels), "families": list(p.match.families),
+                             "estimate_us": round(p.estimate_us, 2),
+                             "module_path": p.module_path, "source_hash": p.source_hash}
+        if self.result is not None:
+            r = self.result.to_dict()
+            d.update({k: r[k] for k in ("call_us", "graph_us", "relerr", "error", "compile_s",
+                                        "done_s")})
+            if self.search_us is not None:
+                d["search_graph_us"] = self.search_us
+            t = self.time_us
+            d["tflops"] = flops / (t * 1e-6) / 1e12 if flops and t else None
+        if self.lowered is not None:
+            d["lowering"] = {"status": self.lowered.status, "error": self.lowered.error,
+                             "seconds": self.lowered.seconds, "launch": self.lowered.launch,
+                             "cuda": self.lowered.cuda}
+        return d
+
+
+@dataclass
+class RunRecord:
+    """Everything a run found, typed; :meth:`to_json` is ``record.json``.
+
+    ``mode`` is ``"timed"`` (:func:`tune`) or ``"dry-run"`` (:func:`dry_run`).
+    """
+
+    graph: Graph
+    dtype: str
+    mode: str
+    command: str
+    environment: dict
+    derivations: int
+    lowerable: int
+    candidates: list[CandidateRecord]
+    peers: list[PeerResult] = field(default_factory=list)
+    comparison: Comparison | None = None
+    ceilings: Ceilings | None = None
+    search_cost: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def flops(self) -> int:
+        return graph_flops(self.graph)
+
+    @property
+    def min_bytes(self) -> int:
+        return graph_min_bytes(self.graph, self.dtype)
+
+    @property
+    def floor_us(self) -> float | None:
+        return None if self.ceilings is None else self.ceilings.floor_us(self.flops,
+                                                                          self.min_bytes)
+
+    @property
+    def top1(self) -> CandidateRecord | None:
+        ok = [c for c in self.candidates if c.status == "ok" and c.time_us is not None]
+        return ok[0] if ok else None
+
+    def best_peer(self) -> PeerResult | None:
+        good = [p for p in self.peers if p.status == "ok" and p.time_us is not None]
+        return min(good, key=lambda p: p.time_us) if good else None
+
+    def peer_ratios(self) -> dict[str, dict]:
+        """peer name → the summary of peer/top-1 over the comparison's rounds."""
+        if self.comparison is None or self.top1 is None:
+            return {}
+        return {p: self.comparison.summary(p, self.top1.id) for p in self.comparison.peers}
+
+    def certificate(self) -> list[str]:
+        """The Lean theorem names that justify the top-1's derivation, step by step."""
+        top = self.top1
+        if top is None:
+            return []
+        steps = top.planned.derived.derivation.steps
+        return [RULES[s.rule].theorem for s in steps] + ["Superopt.derive_sound"]
+
+    def to_json(self) -> dict:
+        g = self.graph
+        fl = self.flops
+        out: dict[str, Any] = {
+            "workload": g.name, "case": g.sizes, "dtype": self.dtype, "mode": self.mode,
+            "command": self.command, "environment": self.environment,
+            "derivations": self.derivations, "lowerable": self.lowerable,
+            "flops": fl, "min_bytes": self.min_bytes,
+            "candidates": [c.to_json(fl) for c in self.candidates],
+            "peers": [p.to_dict() for p in self.peers],
+            "search_cost": self.search_cost, "notes": self.notes,
+        }
+        if self.ceilings is not None:
+            out["ceilings"] = self.ceilings.to_dict()
+            out["floor_us"] = self.floor_us
+        if self.comparison is not None:
+            out["comparison"] = self.comparison.to_dict()
+        top = self.top1
+        if top is not None:
+            out["top1"] = top.id
+            out["certificate"] = self.certificate()
+            best = self.best_peer()
+            if best is not None:
+                out["best_peer"], out["best_peer_us"] = best.name, best.time_us
+                out["speedup_vs_best_peer"] = best.time_us / top.time_us
+            ratios = self.peer_ratios()
+            if ratios:
+                out["ratios"] = ratios
+            if self.floor_us:
+                out["fraction_of_floor"] = top.time_us / self.floor_us
+        return out

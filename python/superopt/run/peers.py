@@ -1,0 +1,281 @@
+"""The peers every candidate is compared with, derived from the graph's structure alone.
+
+For any graph (nothing is looked up by its name):
+
+* ``eager``: :func:`eager_program`, PyTorch running the graph's semantics node by node on
+  16-bit storage, fp32 accumulation inside the library reductions and GEMMs (WORKLOADS.md's
+  contract: "fp16 in memory, fp32 accumulation");
+* ``torch.compile``: ``torch.compile`` of that program (default mode);
+* ``torch.compile max-autotune-no-cudagraphs``: the same with that mode (the timing itself
+  replays CUDA graphs);
+
+and the vendor paths where the graph's *structure* is a known pattern (:mod:`superopt.run.
+patterns`):
+
+* a plain GEMM (one matmul of two inputs): ``cuBLAS`` (``torch.matmul`` on strided views);
+* attention (``softmax_{t_kv}(Q @_d K · c) @_{t_kv} V``, any batch axes): ``SDPA cuDNN``,
+  ``SDPA flash`` (``scaled_dot_product_attention`` with that one backend, ``scale = c``),
+  and ``FA4`` (FlashAttention-4's CuTe DSL forward, ``flash_attn.cute.flash_attn_func``,
+  native ``[batch, seq, heads, dim]`` layout), which is ``absent`` where not installed.
+
+Every peer is a callable on the graph's inputs in the graph's input order, returning the
+output. :func:`run_peer` checks one against the float64 reference and times it; any failure
+(backend unavailable, compile error) is recorded in its :class:`PeerResult`, never raised.
+
+Owns: what the peers are and how each runs. Imports torch at the top: it runs in workers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..ir.dag import Graph
+from ..ir.ops import BINARY, UNARY
+from ..ir.semantics import align, einsum_spec, relative_error
+from ..ir.patterns import AttentionPattern, GemmPattern, attention_pattern, gemm_pattern
+from .records import PeerResult, TimingConfig
+from .timing import measure, short_error, synchronize
+
+COMPILE_PEERS = ("torch.compile", "torch.compile max-autotune-no-cudagraphs")
+SDPA_PEERS = {"SDPA cuDNN": "CUDNN_ATTENTION", "SDPA flash": "FLASH_ATTENTION"}
+
+
+class _TorchOps:
+    """The array namespace of :mod:`superopt.ir.ops` for torch tensors in their own dtype."""
+
+    exp, exp2, sqrt, log, tanh, erf = (torch.exp, torch.exp2, torch.sqrt, torch.log,
+                                       torch.tanh, torch.erf)
+
+    @staticmethod
+    def maximum(x, y):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            return torch.clamp(x, min=y) if isinstance(x, torch.Tensor) else torch.clamp(y, min=x)
+        return torch.maximum(x, y)
+
+    @staticmethod
+    def where(c, x, y):
+        return torch.where(c != 0, x, y)
+
+
+def eager_program(graph: Graph) -> Callable[..., torch.Tensor]:
+    """PyTorch of the graph's semantics: ``program(*inputs)`` in ``graph.inputs`` order.
+
+    Each node becomes one torch op on the inputs' dtype (a 16-bit intermediate is stored in
+    16 bits, as eager model code does; reductions and matmuls accumulate in fp32 inside the
+    library). Scalars (``size``, ``eps``, ``const``) are Python floats. ``torch.compile`` of
+    the returned function is the compiled peer.
+    """
+    nodes = graph.nodes
+    live = graph.live_nodes()
+    input_ids = graph.input_ids
+    out_id = graph.output
+
+    def program(*args: torch.Tensor) -> torch.Tensor:
+        vals: dict[int, Any] = dict(zip(input_ids, args))
+        for i, n in enumerate(nodes):
+            if i not in live or n.op == "input":
+                continue
+            if n.op == "size":
+                vals[i] = float(graph.size(n.axis))
+            elif n.op in ("eps", "const"):
+                vals[i] = float(n.value)
+            elif n.op in UNARY:
+                x = vals[n.args[0]]
+                vals[i] = (float(UNARY[n.op].apply(np.float64(x), np))
+                           if isinstance(x, float) else UNARY[n.op].apply(x, _TorchOps))
+            elif n.op in BINARY:
+                xs = [vals[a] if isinstance(vals[a], float)
+                      else align(vals[a], nodes[a].axes, n.axes) for a in n.args]
+                vals[i] = BINARY[n.op].apply(*xs, _TorchOps)
+            elif n.op == "reduce":
+                x, dim = vals[n.args[0]], nodes[n.args[0]].axes.index(n.axis)
+                vals[i] = x.sum(dim) if n.fn == "sum" else x.amax(dim)
+            elif n.op == "matmul":
+                a, b = n.args
+                spec = einsum_spec(nodes[a].axes, nodes[b].axes, n.axis, n.axis_b, n.axes)
+                vals[i] = torch.einsum(spec, vals[a], vals[b])
+            else:
+                raise ValueError(f"eager_program: op {n.op!r}")  # unreachable: checked graphs
+        return vals[out_id]
+
+    program.__name__ = f"eager_{graph.name}"
+    return program
+
+
+# -- vendor paths -------------------------------------------------------------------------------
+
+def _cublas(graph: Graph, p: GemmPattern) -> Callable[..., torch.Tensor]:
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+
+    def gemm(*args: torch.Tensor) -> torch.Tensor:
+        a = args[pos[p.a]].permute(*p.a_perm)
+        b = args[pos[p.b]].permute(*p.b_perm)
+        return torch.matmul(a, b).permute(*p.out_perm)
+    return gemm
+
+
+def _sdpa_views(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]):
+    """Q, K, V as ``[1, heads, t, d]`` views (batch axes flattened into heads)."""
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    q, k, v = (args[pos[p.q]], args[pos[p.k]], args[pos[p.v]])
+    return (q.reshape(1, p.heads, p.t_q, p.d), k.reshape(1, p.heads, p.t_kv, p.d),
+            v.reshape(1, p.heads, p.t_kv, p.d_v))
+
+
+def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[..., torch.Tensor]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+    shape = graph.output_shape
+
+    def sdpa(*args: torch.Tensor) -> torch.Tensor:
+        q, k, v = _sdpa_views(graph, p, args)
+        with sdpa_kernel([backend]):
+            o = F.scaled_dot_product_attention(q, k, v, scale=p.scale)
+        return o.reshape(shape)
+    return sdpa
+
+
+def _fa4(graph: Graph, p: AttentionPattern) -> Callable[..., torch.Tensor]:
+    from flash_attn.cute import flash_attn_func  # absent where not installed
+
+    shape = graph.output_shape
+
+    def fa4(*args: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.transpose(1, 2) for t in _sdpa_views(graph, p, args))  # [1, t, h, d]
+        out = flash_attn_func(q, k, v, softmax_scale=p.scale)
+        o = out[0] if isinstance(out, tuple) else out
+        return o.transpose(1, 2).reshape(shape)
+    return fa4
+
+
+def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]]]:
+    """Vendor peer name → a builder, for the patterns the graph's structure matches."""
+    out: dict[str, Callable[[], Callable[..., torch.Tensor]]] = {}
+    g = gemm_pattern(graph)
+    if g is not None:
+        out["cuBLAS"] = lambda: _cublas(graph, g)
+    a = attention_pattern(graph)
+    if a is not None:
+        for name, backend in SDPA_PEERS.items():
+            out[name] = (lambda b=backend: _sdpa(graph, a, b))
+        out["FA4"] = lambda: _fa4(graph, a)
+    return out
+
+
+def peer_names(graph: Graph) -> list[str]:
+    """The peers that apply to ``graph``, in reporting order."""
+    return ["eager", *COMPILE_PEERS, *_vendors(graph)]
+
+
+def make_peer(graph: Graph, name: str) -> Callable[..., torch.Tensor]:
+    """A fresh callable for peer ``name`` of ``graph`` (compiled peers compile on first call).
+
+    Raises:
+        KeyError: a peer that does not apply to this graph.
+        ImportError: an optional vendor library that is not installed (FA4).
+    """
+    if name == "eager":
+        return eager_program(graph)
+    if name == "torch.compile":
+        return torch.compile(eager_program(graph))
+    if name == "torch.compile max-autotune-no-cudagraphs":
+        return torch.compile(eager_program(graph), mode="max-autotune-no-cudagraphs")
+    vendors = _vendors(graph)
+    if name not in vendors:
+        raise KeyError(f"peer {name!r} does not apply to graph {graph.name!r}; its peers: "
+                       f"{', '.join(peer_names(graph))}")
+    return vendors[name]()
+
+
+def _ordered(graph: Graph, inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    return tuple(inputs[n] for n, _ in graph.inputs)
+
+
+def _first_call(graph: Graph, name: str, args: tuple, reference: torch.Tensor,
+                tolerance: float, res: PeerResult) -> Callable | None:
+    """Build the peer and check its first call into ``res``; the callable, or ``None`` if it
+    could not run at all."""
+    device = args[0].device if args else torch.device("cpu")
+    try:
+        if name in COMPILE_PEERS:
+            torch._dynamo.reset()  # one compiled peer's cache must not serve the other's mode
+        fn = make_peer(graph, name)
+        out = fn(*args)
+        synchronize(device)
+    except ImportError as e:
+        res.status, res.error = "absent", f"not installed: {short_error(e)}"
+        return None
+    except Exception as e:  # noqa: BLE001 - a peer failing is a result
+        res.status = "compile_error" if name in COMPILE_PEERS else "launch_error"
+        res.error = short_error(e)
+        return None
+    res.relerr = relative_error(out, reference)
+    del out
+    if not math.isfinite(res.relerr):
+        res.status, res.error = "nan", "output has NaN/Inf"
+        return None
+    if res.relerr > tolerance:
+        res.status = "wrong"
+        res.error = f"relative error {res.relerr:.3g} > tolerance {tolerance:g}"
+    return fn
+
+
+def make_checked_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor],
+                      reference: torch.Tensor, tolerance: float) -> Callable | None:
+    """The peer's callable if it runs and is correct on ``inputs``, else ``None``."""
+    res = PeerResult(name)
+    fn = _first_call(graph, name, _ordered(graph, inputs), reference, tolerance, res)
+    return fn if res.status == "ok" else None
+
+
+def run_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor],
+             reference: torch.Tensor, *, tolerance: float,
+             rotate: Sequence[Mapping[str, torch.Tensor]] | None = None,
+             timing: TimingConfig | None = None, time_it: bool = True) -> PeerResult:
+    """Check one peer against ``reference`` and time it; failures are recorded, not raised.
+
+    The first call (which compiles ``torch.compile`` peers) is the check and stays outside
+    the timing. A ``wrong`` peer is still timed (its time is reported with its status).
+    """
+    res = PeerResult(name)
+    args = _ordered(graph, inputs)
+    fn = _first_call(graph, name, args, reference, tolerance, res)
+    if fn is None or not time_it:
+        return res
+    sets = [_ordered(graph, r) for r in rotate] if rotate else [args]
+    try:
+        t = measure(fn, rotate=sets, config=timing, device=args[0].device)
+    except Exception as e:  # noqa: BLE001
+        res.status, res.error = "launch_error", "timing: " + short_error(e)
+        return res
+    res.call_us, res.graph_us = t.call_us, t.graph_us
+    if t.graph_error:
+        res.error = ((res.error + "; ") if res.error else "") + "graph: " + t.graph_error
+    return res
+
+
+def run_peers(graph: Graph, inputs: Mapping[str, torch.Tensor], reference: torch.Tensor, *,
+              tolerance: float, names: Sequence[str] | None = None,
+              rotate: Sequence[Mapping[str, torch.Tensor]] | None = None,
+              timing: TimingConfig | None = None, time_it: bool = True) -> list[PeerResult]:
+    """:func:`run_peer` for every peer in ``names`` (default: all that apply), in this process.
+
+    A CUDA error that poisons the context makes every later peer fail too: the session runs
+    each peer in its own worker request for that reason.
+
+    Raises:
+        KeyError: a name that does not apply to ``graph``.
+    """
+    names = list(names) if names is not None else peer_names(graph)
+    known = peer_names(graph)
+    for n in names:
+        if n not in known:
+            raise KeyError(f"peer {n!r} does not apply to graph {graph.name!r}")
+    return [run_peer(graph, n, inputs, reference, tolerance=tolerance, rotate=rotate,
+                     timing=timing, time_it=time_it) for n in names]

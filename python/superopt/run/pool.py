@@ -1,0 +1,161 @@
+"""The compile pool: one pool of isolated worker processes for everything done per
+candidate without a GPU: compiling (``tilelang.compile``, which fills TileLang's disk cache
+so the GPU session's ``load`` is a cache hit) and, in a dry run, lowering to CUDA C.
+
+Each of ``workers`` threads owns one :class:`~superopt.run.process.WorkerProcess`
+(started without a CUDA context) and hands it one job at a time with a time limit; a
+process that crashes or times out is killed (its whole process group) and replaced, and the
+job is recorded as ``crash`` / ``timeout``. A job not started before ``deadline`` is
+``skipped``. :func:`stop` (from a signal handler) makes every thread stop taking jobs.
+
+Owns: parallel per-candidate work. Imports the protocol and process modules only.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from .process import WorkerCrashed, WorkerProcess, WorkerStartError, WorkerTimeout
+from .protocol import (Compile, Failed, LowerOutcome, LowerToCuda, module_name_for)
+from .records import Candidate, CompileOutcome
+
+_STOP = threading.Event()
+
+
+def stop() -> None:
+    """Make every running pool stop taking jobs (queued jobs become ``skipped``)."""
+    _STOP.set()
+
+
+def compile_worker_count(workers: int | None, n_jobs: int) -> int:
+    """Processes for ``n_jobs``: ``workers`` (default ``os.cpu_count()``), at most one per
+    job, at least one."""
+    return max(1, min(workers or os.cpu_count() or 1, n_jobs))
+
+
+def _outcome_of(job: Any, status: str, error: str, seconds: float | None) -> Any:
+    if isinstance(job, LowerToCuda):
+        return LowerOutcome(status, error, seconds)
+    return CompileOutcome(status, error, seconds)
+
+
+def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "cuda",
+             timeout_s: float = 300.0, deadline: float | None = None,
+             preload: Sequence[str] = ("tilelang",), startup_timeout_s: float = 300.0,
+             on_done: Callable[[int, Any], None] | None = None) -> dict[int, Any]:
+    """Run protocol requests (:class:`~superopt.run.protocol.Compile` or
+    :class:`~superopt.run.protocol.LowerToCuda`) in parallel worker processes.
+
+    Returns:
+        index in ``jobs`` → the reply value (:class:`CompileOutcome` / :class:`LowerOutcome`;
+        a worker's own failure becomes status ``compile_error``, ``crash`` or ``timeout``).
+
+    Raises:
+        Nothing for a job's failure; a worker that cannot start records ``compile_error``
+        with the start error on the job it was meant for.
+    """
+    jobs = list(jobs)
+    results: dict[int, Any] = {}
+    if not jobs:
+        return results
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(jobs)):
+        todo.put(i)
+    lock = threading.Lock()
+
+    def record(i: int, outcome: Any) -> None:
+        with lock:
+            results[i] = outcome
+        if on_done is not None:
+            on_done(i, outcome)
+
+    def loop() -> None:
+        proc: WorkerProcess | None = None
+        try:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                job = jobs[i]
+                if _STOP.is_set():
+                    record(i, _outcome_of(job, "skipped", "interrupted", None))
+                    continue
+                if deadline is not None and time.monotonic() > deadline:
+                    record(i, _outcome_of(job, "skipped", "budget: wall time spent", None))
+                    continue
+                if proc is None:
+                    proc = WorkerProcess(device=device, preload=preload, cuda_init=False,
+                                         startup_timeout_s=startup_timeout_s)
+                    try:
+                        proc.start()
+                    except WorkerStartError as e:
+                        proc = None
+                        record(i, _outcome_of(job, "compile_error", str(e), None))
+                        continue
+                t0 = time.monotonic()
+                try:
+                    value = proc.request(job, timeout_s).value
+                    if isinstance(value, Failed):
+                        value = _outcome_of(job, "compile_error", value.error,
+                                            time.monotonic() - t0)
+                except WorkerTimeout:
+                    proc.kill()
+                    proc = None
+                    value = _outcome_of(job, "timeout", f"exceeded {timeout_s:g} s",
+                                        time.monotonic() - t0)
+                except WorkerCrashed as e:
+                    proc.kill()
+                    proc = None
+                    value = _outcome_of(job, "crash", str(e), time.monotonic() - t0)
+                record(i, value)
+        finally:
+            if proc is not None:
+                proc.close()
+
+    threads = [threading.Thread(target=loop, name=f"superopt-pool-{k}", daemon=True)
+               for k in range(compile_worker_count(workers, len(jobs)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def compile_candidates(candidates: Sequence[Candidate], workers: int | None = None, *,
+                       device: str = "cuda", timeout_s: float = 300.0,
+                       deadline: float | None = None, preload: Sequence[str] | None = None,
+                       startup_timeout_s: float = 300.0,
+                       on_done: Callable[[Candidate, CompileOutcome], None] | None = None
+                       ) -> dict[int, CompileOutcome]:
+    """Compile every candidate in the pool (see :func:`run_jobs`); index → outcome.
+
+    ``preload`` defaults to ``("tilelang",)`` for a CUDA device, nothing otherwise. A
+    TileLang candidate on a machine without CUDA fails cleanly: ``compile_error``.
+    """
+    cands = list(candidates)
+    jobs = [Compile(str(c.module_path), module_name_for(c.module_path, c.source_hash), device)
+            for c in cands]
+    if preload is None:
+        preload = ("tilelang",) if str(device).startswith("cuda") else ()
+    done = (lambda i, o: on_done(cands[i], o)) if on_done is not None else None
+    return run_jobs(jobs, workers, device=device, timeout_s=timeout_s, deadline=deadline,
+                    preload=preload, startup_timeout_s=startup_timeout_s, on_done=done)
+
+
+def lower_candidates(candidates: Sequence[Candidate], workers: int | None = None, *,
+                     timeout_s: float = 300.0,
+                     on_done: Callable[[Candidate, LowerOutcome], None] | None = None
+                     ) -> dict[int, LowerOutcome]:
+    """Lower every candidate's kernels to CUDA C for sm_90a in the pool (the dry run: no GPU
+    is needed); index → :class:`LowerOutcome`."""
+    cands = list(candidates)
+    jobs = [LowerToCuda(str(c.module_path), module_name_for(c.module_path, c.source_hash))
+            for c in cands]
+    done = (lambda i, o: on_done(cands[i], o)) if on_done is not None else None
+    return run_jobs(jobs, workers, device="cpu", timeout_s=timeout_s, preload=("tilelang",),
+                    on_done=done)

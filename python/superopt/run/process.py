@@ -1,0 +1,270 @@
+"""One isolated worker process: started, asked, timed out, killed.
+
+:class:`WorkerProcess` runs ``python -m superopt.run.worker`` in its own session (process
+group), connected by a Unix socket pair wrapped in :class:`multiprocessing.connection.
+Connection` (:mod:`superopt.run.protocol`). The worker's stdout and stderr go to a log file
+(TileLang's source dumps and warnings land there, never on the terminal); a crash message
+quotes its tail. A request that outlives its limit raises :class:`WorkerTimeout`, after
+which :meth:`WorkerProcess.kill` ends the whole process group (nvcc included).
+
+Owns: process life cycle and the timeout. Imports the protocol only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Sequence
+
+from .protocol import Exit, Ready, Reply, receive, send
+
+#: The directory that holds the ``superopt`` package (put on the workers' ``PYTHONPATH``).
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+
+
+class WorkerError(Exception):
+    """Base of the worker-process failures."""
+
+
+class WorkerStartError(WorkerError):
+    """The worker did not start (import failure, no CUDA, setup failed)."""
+
+
+class WorkerCrashed(WorkerError):
+    """The worker died while serving a request; the message has the signal/status and the
+    tail of its log."""
+
+
+class WorkerTimeout(WorkerError):
+    """No answer within the request's time limit."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``"killed by SIGSEGV"`` / ``"exited with status 3"``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+#: Every live worker's process group, so that a signal to the parent can end them all.
+_LIVE: set[int] = set()
+
+
+def kill_all_workers() -> int:
+    """SIGKILL every live worker's process group (used on SIGINT/SIGTERM); returns how many."""
+    n = 0
+    for pgid in list(_LIVE):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+        _LIVE.discard(pgid)
+    return n
+
+
+class WorkerProcess:
+    """One ``python -m superopt.run.worker`` subprocess and its connection.
+
+    Args:
+        device: the worker's device (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
+        preload: modules to import at start (``("tilelang",)`` on CUDA).
+        cuda_init: create the CUDA context at start (off for compile workers).
+        startup_timeout_s: limit for the start (imports, CUDA context).
+        log_dir: where its log file goes (default: the temporary directory).
+    """
+
+    def __init__(self, *, device: str = "cuda", preload: Sequence[str] = (),
+                 cuda_init: bool = True, startup_timeout_s: float = 300.0,
+                 log_dir: str | None = None) -> None:
+        self.device = str(device)
+        self.preload = tuple(preload)
+        self.cuda_init = cuda_init
+        self.startup_timeout_s = startup_timeout_s
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.log_path: str | None = None
+        self.ready: Ready | None = None
+
+    # ------------------------------------------------------------ life cycle
+    def start(self) -> Ready:
+        """Start the process and wait for its :class:`~superopt.run.protocol.Ready`.
+
+        Raises:
+            WorkerStartError: it exited or did not become ready in time.
+        """
+        fd, self.log_path = tempfile.mkstemp(prefix="superopt-worker-", suffix=".log",
+                                             dir=self.log_dir)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(PACKAGE_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONUNBUFFERED"] = "1"
+        parent, child = socket.socketpair()
+        cmd = [sys.executable, "-m", "superopt.run.worker", "--fd", str(child.fileno()),
+               "--device", self.device]
+        for m in self.preload:
+            cmd += ["--preload", m]
+        if not self.cuda_init:
+            cmd.append("--no-cuda-init")
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                                         env=env, start_new_session=True,
+                                         pass_fds=(child.fileno(),), close_fds=True)
+        finally:
+            os.close(fd)
+            child.close()
+        _LIVE.add(self.proc.pid)
+        self.conn = Connection(parent.detach())
+        try:
+            ready = self._receive(time.monotonic() + self.startup_timeout_s, 0)
+        except WorkerTimeout:
+            self.kill()
+            raise WorkerStartError(f"worker not ready after {self.startup_timeout_s:g} s") from None
+        except WorkerCrashed as e:
+            self.kill()
+            raise WorkerStartError(f"worker failed to start: {e}") from None
+        if not isinstance(ready, Ready) or not ready.ok:
+            self.kill()
+            why = ready.error if isinstance(ready, Ready) else f"unexpected {ready!r}"
+            raise WorkerStartError(f"worker failed to start: {why}")
+        self.ready = ready
+        return ready
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def kill(self) -> None:
+        """Kill the worker's process group (SIGKILL) and reap it; remove its log."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    try:
+                        self.proc.kill()
+                    except ProcessLookupError:
+                        pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            _LIVE.discard(self.proc.pid)
+        self._close_conn()
+        self._remove_log()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ask the worker to exit; kill it if it does not in time."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None and self.conn is not None:
+            try:
+                send(self.conn, Exit())
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def __enter__(self) -> "WorkerProcess":
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _close_conn(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+            self.conn = None
+
+    def _remove_log(self) -> None:
+        if self.log_path:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+            self.log_path = None
+
+    # ------------------------------------------------------------ requests
+    def _log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log_path) if self.log_path else 0
+        except OSError:
+            return 0
+
+    def log_tail(self, since: int = 0, max_chars: int = 2000) -> str:
+        """The worker's log (stdout and stderr) from byte ``since``, last ``max_chars``."""
+        if not self.log_path:
+            return ""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text.strip()[-max_chars:]
+
+    def request(self, req: Any, timeout_s: float) -> Reply:
+        """Send one request and wait up to ``timeout_s`` seconds for its :class:`Reply`.
+
+        Raises:
+            WorkerTimeout: no answer in time (the worker is left running: call :meth:`kill`).
+            WorkerCrashed: the worker died (its exit and log tail in the message).
+        """
+        if self.proc is None or self.proc.poll() is not None or self.conn is None:
+            raise WorkerCrashed("worker is not running")
+        since = self._log_size()
+        try:
+            send(self.conn, req)
+        except (BrokenPipeError, OSError):
+            self._died(since)
+        reply = self._receive(time.monotonic() + timeout_s, since)
+        if not isinstance(reply, Reply):
+            raise WorkerCrashed(f"protocol error: expected a Reply, got {type(reply).__name__}")
+        return reply
+
+    def _died(self, since: int) -> None:
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        text = f"worker {describe_exit(self.proc.returncode)}"
+        tail = self.log_tail(since)
+        raise WorkerCrashed(f"{text}: {tail}" if tail else text)
+
+    def _receive(self, deadline: float, since: int) -> Any:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerTimeout("no answer in time")
+            try:
+                if self.conn.poll(min(remaining, 1.0)):
+                    return receive(self.conn)
+            except (EOFError, OSError):
+                self._died(since)
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                self._died(since)

@@ -1,0 +1,400 @@
+"""The isolated worker process: compiles, lowers, checks and times one thing at a time.
+
+Run as ``python -m superopt.run.worker --fd N --device cuda [--preload tilelang]
+[--no-cuda-init]`` by :class:`superopt.run.process.WorkerProcess`, never by hand. A kernel
+that segfaults, aborts, hangs or hits a CUDA error (an illegal address poisons the whole
+CUDA context) takes down only this process; the parent records the candidate's status and
+starts a fresh worker.
+
+It speaks :mod:`superopt.run.protocol` on the socket ``N``: first a ``Ready``, then one
+``Reply`` per request. Its stdout and stderr are the parent's log file (anything a library
+prints stays out of the protocol and off the terminal); :mod:`faulthandler` leaves a
+Python traceback there on a crash.
+
+Owns: what happens inside the worker. Imports torch at start; tilelang only when preloaded
+or when a candidate module imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import importlib
+import math
+import os
+import random
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from . import protocol as P
+from .records import CompileOutcome, Comparison, PeerResult, TimingConfig
+
+#: A finite poison value for the second, "was it written?" launch (exact in fp16 and bf16).
+SENTINEL = -31232.0
+
+#: Seeds of the timing rotation sets (far from the check seeds the session hands out).
+ROTATION_SEED = 0x5EED0000
+
+
+def _short(e: BaseException, limit: int = 600) -> str:
+    from .timing import short_error
+
+    return short_error(e, limit)
+
+
+class InterfaceError(Exception):
+    """A candidate module whose INPUTS/OUTPUT_SHAPE/DTYPE/load do not match the graph."""
+
+
+class Worker:
+    """The state of one worker process (see the module docstring)."""
+
+    def __init__(self, device: str, *, cuda_init: bool = True) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.graph: Any = None
+        self.dtype_name: str | None = None
+        self._rotation: tuple[list, list] | None = None
+        if self.device.type == "cuda" and cuda_init:
+            if self.device.index is not None:  # set_device refuses a bare "cuda"
+                torch.cuda.set_device(self.device)
+            torch.zeros(1, device=self.device).add_(1)
+            torch.cuda.synchronize()
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def tdtype(self):
+        return getattr(self.torch, self.dtype_name)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def _health(self) -> str | None:
+        """``None`` if the CUDA context still works, else the error it raises."""
+        if self.device.type != "cuda":
+            return None
+        torch = self.torch
+        try:
+            torch.cuda.synchronize(self.device)
+            x = torch.ones(4, device=self.device)
+            if float((x + 1).sum().item()) != 8.0:
+                return "CUDA context returns wrong values"
+            return None
+        except BaseException as e:  # noqa: BLE001
+            return _short(e, 300)
+
+    def _restart_needed(self) -> tuple[bool, str | None]:
+        bad = self._health()
+        return (bad is not None), (f"CUDA context unusable: {bad}" if bad else None)
+
+    def _inputs(self, seed: int) -> dict:
+        from ..ir.semantics import random_inputs
+
+        return random_inputs(self.graph, seed, dtype=self.tdtype, device=self.device)
+
+    def _reference(self, inputs: dict):
+        from ..ir.semantics import evaluate
+
+        torch = self.torch
+        ref = evaluate(self.graph, {k: v.to(torch.float64) for k, v in inputs.items()})
+        if not isinstance(ref, torch.Tensor):
+            ref = torch.from_numpy(ref)
+        return ref.to(device=self.device, dtype=torch.float64)
+
+    def _rotation_sets(self, timing: TimingConfig | None) -> tuple[list[dict], list]:
+        """Input dicts and output buffers to rotate among while timing (built once)."""
+        if self._rotation is None:
+            from .timing import rotation_count, tensor_bytes
+
+            cfg = timing or TimingConfig()
+            torch = self.torch
+            first = self._inputs(ROTATION_SEED)
+            shape = tuple(self.graph.output_shape)
+            out_bytes = math.prod(shape) * self.tdtype.itemsize
+            n = rotation_count(tensor_bytes(first) + out_bytes, device=self.device,
+                               factor=cfg.rotate_factor, l2=cfg.l2_bytes,
+                               mem_cap_bytes=cfg.mem_cap_bytes, max_sets=cfg.max_sets)
+            inputs = [first] + [self._inputs(ROTATION_SEED + i) for i in range(1, n)]
+            outs = [torch.empty(shape, dtype=self.tdtype, device=self.device) for _ in range(n)]
+            self._rotation = (inputs, outs)
+        return self._rotation
+
+    def _interface(self, mod: Any) -> list[str]:
+        """The candidate's input order, after checking it against the graph."""
+        want = [(n, tuple(s)) for n, s in self.graph.inputs]
+        have = [(n, tuple(s)) for n, s in getattr(mod, "INPUTS", [])]
+        if sorted(have) != sorted(want):
+            raise InterfaceError(f"INPUTS {have} do not match the graph's inputs {want}")
+        out = tuple(getattr(mod, "OUTPUT_SHAPE", ()))
+        if out != tuple(self.graph.output_shape):
+            raise InterfaceError(f"OUTPUT_SHAPE {out} is not the graph's "
+                                 f"{tuple(self.graph.output_shape)}")
+        dtype = getattr(mod, "DTYPE", None)
+        if dtype != self.dtype_name:
+            raise InterfaceError(f"DTYPE {dtype!r} but this run is {self.dtype_name!r}")
+        if not callable(getattr(mod, "load", None)):
+            raise InterfaceError("module has no load(device)")
+        return [n for n, _ in have]
+
+    def _load(self, path: str, name: str):
+        """Import a candidate module and return ``(order, launch)``."""
+        from ..lower.tl import import_module_file
+
+        mod = import_module_file(path, name)
+        order = self._interface(mod)
+        launch = mod.load(str(self.device))
+        self._sync()
+        return order, launch
+
+    # ---------------------------------------------------------------- dispatch
+    def handle(self, req: Any) -> P.Reply:
+        fn = getattr(self, f"on_{type(req).__name__}", None)
+        if fn is None:
+            return P.Reply(P.Failed(f"unknown request {type(req).__name__}"))
+        return fn(req)
+
+    def on_Ping(self, req: P.Ping) -> P.Reply:
+        return P.Reply(os.getpid())
+
+    def on_Setup(self, req: P.Setup) -> P.Reply:
+        from ..dtypes import dtype_name
+
+        self.graph = req.graph
+        self.dtype_name = dtype_name(req.dtype)
+        self._rotation = None
+        return P.Reply(None)
+
+    def on_Compile(self, req: P.Compile) -> P.Reply:
+        from ..lower.tl import import_module_file
+
+        t0 = time.perf_counter()
+        try:
+            mod = import_module_file(req.module_path, req.module_name)
+            hook = getattr(mod, "compile_kernels", None)
+            if callable(hook):
+                hook()
+            else:
+                mod.load(req.device or str(self.device))
+        except Exception as e:  # noqa: BLE001 - the error is the result
+            return P.Reply(CompileOutcome("compile_error", _short(e), time.perf_counter() - t0))
+        finally:
+            sys.modules.pop(req.module_name, None)  # one process compiles many modules
+        return P.Reply(CompileOutcome("ok", None, time.perf_counter() - t0))
+
+    def on_LowerToCuda(self, req: P.LowerToCuda) -> P.Reply:
+        from ..lower import tl
+        from ..lower.module import prim_funcs
+
+        t0 = time.perf_counter()
+        cuda, launch = {}, {}
+        try:
+            mod = tl.import_module_file(req.module_path, req.module_name)
+            for name, fn in prim_funcs(mod).items():
+                cuda[name], launch[name] = tl.lower_with_launch_info(fn)
+        except Exception as e:  # noqa: BLE001 - reported per candidate
+            return P.Reply(P.LowerOutcome("compile_error", _short(e), time.perf_counter() - t0,
+                                          cuda, launch))
+        finally:
+            sys.modules.pop(req.module_name, None)
+        return P.Reply(P.LowerOutcome("ok", None, time.perf_counter() - t0, cuda, launch))
+
+    def on_Check(self, req: P.Check) -> P.Reply:
+        try:
+            out = self._check(req)
+        finally:
+            sys.modules.pop(req.module_name, None)  # let the module and its buffers go
+        restart, why = (False, None)
+        if out.status not in ("ok", "wrong") or out.error:
+            restart, why = self._restart_needed()
+        if why:
+            out = P.CheckOutcome(out.status, out.relerr, out.call_us, out.graph_us,
+                                 f"{out.error or ''}; {why}".lstrip("; "), out.load_s)
+        return P.Reply(out, restart)
+
+    def _check(self, req: P.Check) -> P.CheckOutcome:
+        from ..ir.semantics import relative_error
+        from .timing import measure
+
+        torch = self.torch
+        t0 = time.perf_counter()
+        try:
+            order, launch = self._load(req.module_path, req.module_name)
+        except Exception as e:  # noqa: BLE001
+            return P.CheckOutcome("compile_error", error=_short(e))
+        load_s = time.perf_counter() - t0
+        shape = tuple(self.graph.output_shape)
+        worst = 0.0
+        for seed in req.seeds:
+            inputs = self._inputs(int(seed))
+            args = [inputs[n] for n in order]
+            ref = self._reference(inputs)
+            out = torch.full(shape, math.nan, dtype=self.tdtype, device=self.device)
+            try:
+                launch(out, *args)
+                self._sync()
+            except Exception as e:  # noqa: BLE001
+                return P.CheckOutcome("launch_error", error=_short(e), load_s=load_s)
+            bad = int((~torch.isfinite(out)).sum())
+            if bad:
+                return P.CheckOutcome("nan", error=self._describe_nonfinite(launch, args, bad),
+                                      load_s=load_s)
+            rel = relative_error(out, ref)
+            worst = max(worst, rel)
+            if not rel <= req.tolerance:
+                return P.CheckOutcome("wrong", relerr=rel, load_s=load_s,
+                                      error=f"relative error {rel:.3g} > tolerance "
+                                            f"{req.tolerance:g} (seed {seed})")
+            del out, ref, inputs, args
+        if not req.time:
+            return P.CheckOutcome("ok", relerr=worst, load_s=load_s)
+        try:
+            ins, outs = self._rotation_sets(req.timing)
+            sets = [(o, *[d[n] for n in order]) for d, o in zip(ins, outs)]
+            t = measure(launch, rotate=sets, config=req.timing, device=self.device)
+        except Exception as e:  # noqa: BLE001
+            return P.CheckOutcome("launch_error", relerr=worst, load_s=load_s,
+                                  error="timing: " + _short(e))
+        return P.CheckOutcome("ok", worst, t.call_us, t.graph_us,
+                              ("graph: " + t.graph_error) if t.graph_error else None, load_s)
+
+    def _describe_nonfinite(self, launch: Any, args: list, bad: int) -> str:
+        """Tell unwritten elements from computed NaN/Inf with a second, finitely poisoned
+        launch."""
+        torch = self.torch
+        shape = tuple(self.graph.output_shape)
+        total = math.prod(shape)
+        text = f"{bad} of {total} output elements NaN/Inf after a NaN-poisoned launch"
+        try:
+            probe = torch.full(shape, SENTINEL, dtype=self.tdtype, device=self.device)
+            launch(probe, *args)
+            self._sync()
+            unwritten = int((probe == SENTINEL).sum())
+        except Exception as e:  # noqa: BLE001
+            return f"{text} (second launch failed: {_short(e, 200)})"
+        if unwritten:
+            return f"{text}; {unwritten} never written (unwritten output)"
+        return f"{text}; all written (the kernel computes NaN/Inf)"
+
+    def on_RunPeer(self, req: P.RunPeer) -> P.Reply:
+        from .peers import run_peer
+
+        inputs = self._inputs(int(req.seed))
+        ref = self._reference(inputs)
+        rot = self._rotation_sets(req.timing)[0] if req.time else None
+        r = run_peer(self.graph, req.name, inputs, ref, tolerance=req.tolerance, rotate=rot,
+                     timing=req.timing, time_it=req.time)
+        restart = False
+        if r.status != "ok" or r.error:
+            restart, why = self._restart_needed()
+            if why:
+                r = PeerResult(r.name, r.call_us, r.graph_us, r.relerr, r.status,
+                               f"{r.error or ''}; {why}".lstrip("; "))
+        return P.Reply(r, restart)
+
+    def on_Compare(self, req: P.Compare) -> P.Reply:
+        from .peers import make_checked_peer
+        from .timing import compare
+
+        from ..ir.semantics import relative_error
+
+        subjects: dict[str, Any] = {}
+        ins, outs = self._rotation_sets(req.timing)
+        check_inputs = self._inputs(int(req.seed))
+        ref = self._reference(check_inputs)
+        shape = tuple(self.graph.output_shape)
+        for cid, path, name in req.candidates:
+            try:
+                order, launch = self._load(path, name)
+                out = self.torch.full(shape, math.nan, dtype=self.tdtype, device=self.device)
+                launch(out, *[check_inputs[n] for n in order])
+                self._sync()
+                if not relative_error(out, ref) <= req.tolerance:
+                    continue  # a leader that goes wrong on fresh inputs is not timed
+            except Exception:  # noqa: BLE001 - left out: its rounds stay None
+                continue
+            subjects[cid] = (launch, [(o, *[d[n] for n in order]) for d, o in zip(ins, outs)])
+        for name in req.peers:
+            peer = make_checked_peer(self.graph, name, check_inputs, ref, req.tolerance)
+            if peer is not None:
+                subjects[name] = (peer, [tuple(d[n] for n, _ in self.graph.inputs) for d in ins])
+        c = compare(subjects, rounds=req.rounds, rng=random.Random(req.seed), config=req.timing,
+                    device=self.device)
+        c.candidates = [cid for cid, _, _ in req.candidates]
+        c.peers = list(req.peers)
+        for name in [*c.candidates, *c.peers]:
+            c.times_us.setdefault(name, [None] * req.rounds)
+        c.processes = [os.getpid()] * req.rounds
+        for _, _, name in req.candidates:
+            sys.modules.pop(name, None)
+        return P.Reply(c)
+
+    def on_MeasureCeilings(self, req: P.MeasureCeilings) -> P.Reply:
+        from .timing import measure_ceilings
+
+        return P.Reply(measure_ceilings(self.device, **req.kwargs))
+
+    def on_Environment(self, req: P.Environment) -> P.Reply:
+        from .environment import environment_record
+
+        return P.Reply(environment_record(self.device))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve requests until end of input or ``Exit`` (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m superopt.run.worker")
+    ap.add_argument("--fd", type=int, required=True, help="the protocol socket")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--preload", action="append", default=[],
+                    help="import this module at start (e.g. tilelang), so no request pays for it")
+    ap.add_argument("--no-cuda-init", action="store_true",
+                    help="do not create a CUDA context at start (compile workers)")
+    args = ap.parse_args(argv)
+    conn = Connection(args.fd)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+
+    preload_errors = {}
+    for name in args.preload:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - a candidate needing it will fail and say so
+            preload_errors[name] = _short(e, 300)
+    try:
+        worker = Worker(args.device, cuda_init=not args.no_cuda_init)
+    except Exception as e:  # noqa: BLE001
+        P.send(conn, P.Ready(False, os.getpid(), _short(e)))
+        sys.stderr.flush()
+        os._exit(2)
+    P.send(conn, P.Ready(True, os.getpid(), None, preload_errors))
+
+    code = 0
+    while True:
+        try:
+            req = P.receive(conn)
+        except (EOFError, OSError):
+            break
+        if isinstance(req, P.Exit):
+            break
+        try:
+            reply = worker.handle(req)
+        except BaseException as e:  # noqa: BLE001 - report, then let the parent decide
+            restart, why = worker._restart_needed()
+            reply = P.Reply(P.Failed(_short(e) + (f"; {why}" if why else ""),
+                                     traceback.format_exc()[-4000:]), restart)
+        P.send(conn, reply)
+        if reply.restart:
+            code = 3
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: destroying a faulted CUDA context can hang.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
