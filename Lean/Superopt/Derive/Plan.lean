@@ -6,8 +6,9 @@ import Superopt.IR.Dag
 A `Plan` is a graph (possibly rewritten by the algebraic rules) and a partition of its computed
 nodes into `Kernel`s, in launch order. Per kernel:
 
-* `nodes`: the graph nodes it computes, sorted (leaves — inputs, `size`, `eps`, `const` —
-  belong to no kernel);
+* `nodes`: the graph nodes it computes, sorted (leaves — inputs, `size`, `eps`, `const`,
+  `band` — belong to no kernel: inputs live in global memory, the scalar leaves and the band
+  mask are index expressions folded into the kernel code);
 * `grid`: the parallel axes tiled onto the grid (rule `tile_parallel`);
 * `stream`: the reduction axis streamed in tiles through a pipelined loop (`stream_reduction`);
 * `online`: the accumulators are rescaled when a streamed max grows (`online_softmax`);
@@ -68,19 +69,22 @@ def arrayOf {α : Type} (n : Nat) (v : α) : Array α := (List.replicate n v).to
 
 /-! ## Node helpers -/
 
-/-- Leaves: `input`, `size`, `eps`, `const` (Python's `LEAF_OPS`). -/
+/-- Leaves: `input`, `size`, `eps`, `const`, `band` (Python's `LEAF_OPS`). -/
 def Node.isLeaf : Node → Bool
   | .input _ _ => true
   | .size _ => true
   | .eps _ => true
   | .const _ => true
+  | .band _ _ _ _ => true
   | _ => false
 
-/-- Scalar leaves: `size`, `eps`, `const` (not read from global memory). -/
+/-- Scalar leaves: `size`, `eps`, `const`, and the `band` mask (index expressions, never read
+from global memory). -/
 def Node.isScalarLeaf : Node → Bool
   | .size _ => true
   | .eps _ => true
   | .const _ => true
+  | .band _ _ _ _ => true
   | _ => false
 
 /-- Whether the node is an input. -/
@@ -88,10 +92,11 @@ def Node.isInput : Node → Bool
   | .input _ _ => true
   | _ => false
 
-/-- Elementwise nodes: the unary and binary ops (Python's `ELEMENTWISE_OPS`). -/
+/-- Elementwise nodes: the unary and binary ops and `select` (Python's `ELEMENTWISE_OPS`). -/
 def Node.isElementwise : Node → Bool
   | .unary _ _ => true
   | .binary _ _ _ => true
+  | .select _ _ _ => true
   | _ => false
 
 /-- The node with its arguments renamed by `f`. -/
@@ -100,6 +105,7 @@ def Node.mapArgs (f : NodeId → NodeId) : Node → Node
   | .binary op x y => .binary op (f x) (f y)
   | .reduce fn axis x => .reduce fn axis (f x)
   | .matmul a b axisA axisB => .matmul (f a) (f b) axisA axisB
+  | .select c x y => .select (f c) (f x) (f y)
   | n => n
 
 /-- The node `i` of `g` (an `input` with an empty name when `i` names no node). -/
@@ -127,12 +133,13 @@ def Graph.consumerTable (g : Graph) : Array (List NodeId) := Id.run do
         table := table.set! a (row.push i)
   return table.map (·.toList)
 
-/-- Which nodes the output depends on (Python: `Graph.live_nodes`), as a flag per node. -/
+/-- Which nodes some output depends on (Python: `Graph.live_nodes`), as a flag per node. -/
 def Graph.liveFlags (g : Graph) : Array Bool := Id.run do
   let n := g.nodes.size
   let mut live : Array Bool := arrayOf n false
-  if g.output < n then
-    live := live.set! g.output true
+  for o in g.outputs do
+    if o < n then
+      live := live.set! o true
   -- args name earlier nodes: one pass from the last node down reaches every ancestor
   for j in [0:n] do
     let i := n - 1 - j
@@ -174,15 +181,17 @@ structure Plan where
 def Plan.make (g : Graph) (ks : Array Kernel) : Plan :=
   { graph := g, kernels := ks, nodeAxes := g.nodeAxes, consumerTable := g.consumerTable }
 
-/-- One kernel per live computed node, in node order, nothing tiled or streamed
-(Python: `initial_plan`). -/
-def initialPlan (g : Graph) : Plan := Id.run do
+/-- One kernel per live computed node, in node order, nothing tiled or streamed. -/
+def initialKernels (g : Graph) : Array Kernel := Id.run do
   let live := g.liveFlags
   let mut ks : Array Kernel := #[]
   for i in [0:g.nodes.size] do
     if live.getD i false && !(g.node i).isLeaf then
       ks := ks.push { nodes := #[i] }
-  return Plan.make g ks
+  return ks
+
+/-- The plan of `g` with `initialKernels` (Python: `initial_plan`); its graph is `g`. -/
+def initialPlan (g : Graph) : Plan := Plan.make g (initialKernels g)
 
 namespace Plan
 
@@ -208,11 +217,11 @@ def owner (p : Plan) (node : NodeId) : Option Nat := Id.run do
   return o
 
 /-- Nodes of kernel `k` materialised in global memory: read by a node outside the kernel, or
-the output. In kernel order. -/
+one of the graph's outputs. In kernel order. -/
 def outputs (p : Plan) (k : Nat) : Array NodeId :=
   let kern := (p.kernel k).nodes
   kern.filter fun n =>
-    n == p.graph.output || (p.consumers n).any (fun c => !kern.contains c)
+    p.graph.outputs.contains n || (p.consumers n).any (fun c => !kern.contains c)
 
 /-- The iteration domain of kernel `k`: the axes of its widest output, ties to the later node
 (Python: `max(outs, key=lambda n: (len(axes), n))`); `[]` for a kernel without outputs. -/
@@ -264,8 +273,8 @@ end Plan
 
 /-! ## Canonical form -/
 
-/-- A node as Python's `Plan.canonical()` sees it: `(op, args, name, axis, axis_b, fn, value)`
-(an input's axes are not part of it; a float is compared by its bits). -/
+/-- A node as Python's `Plan.canonical()` sees it: `(op, args, name, axis, axis_b, fn, value,
+lo, hi)` (an input's axes are not part of it; a float is compared by its bits). -/
 structure NodeKey where
   /-- The wire name of the op. -/
   op : String
@@ -281,6 +290,10 @@ structure NodeKey where
   fn : Option String
   /-- The IEEE-754 bits of an `eps` or `const` value. -/
   value : Option UInt64
+  /-- A band's lower bound (`none`: unbounded, or not a band). -/
+  lo : Option Int := none
+  /-- A band's upper bound. -/
+  hi : Option Int := none
   deriving Repr, BEq, DecidableEq, Inhabited
 
 /-- A kernel as Python's `Plan.canonical()` sees it: `(nodes, sorted(grid), stream, online,
@@ -299,14 +312,14 @@ structure KernelKey where
   deriving Repr, BEq, DecidableEq, Inhabited
 
 /-- The canonical form of a plan: equal for plans that are the same program (Python:
-`Plan.canonical()`: graph axes, nodes, output, kernels; not the graph's name). -/
+`Plan.canonical()`: graph axes, nodes, outputs, kernels; not the graph's name). -/
 structure PlanKey where
   /-- The declared axes with their sizes. -/
   axes : List (Axis × Nat)
   /-- The nodes. -/
   nodes : Array NodeKey
-  /-- The output node. -/
-  output : NodeId
+  /-- The output nodes. -/
+  outputs : List NodeId
   /-- The kernels, in launch order. -/
   kernels : Array KernelKey
   deriving Repr, BEq, DecidableEq, Inhabited
@@ -319,12 +332,18 @@ def Node.key : Node → NodeKey
   | .size axis =>
     { op := "size", args := [], name := none, axis := some axis, axisB := none, fn := none,
       value := none }
-  | .eps v =>
+  | .eps bits =>
     { op := "eps", args := [], name := none, axis := none, axisB := none, fn := none,
-      value := some v.toBits }
-  | .const v =>
+      value := some bits }
+  | .const bits =>
     { op := "const", args := [], name := none, axis := none, axisB := none, fn := none,
-      value := some v.toBits }
+      value := some bits }
+  | .band axisA axisB lo hi =>
+    { op := "band", args := [], name := none, axis := some axisA, axisB := some axisB,
+      fn := none, value := none, lo := lo, hi := hi }
+  | .select c x y =>
+    { op := "select", args := [c, x, y], name := none, axis := none, axisB := none, fn := none,
+      value := none }
   | .unary op x =>
     { op := op.name, args := [x], name := none, axis := none, axisB := none, fn := none,
       value := none }
@@ -345,7 +364,7 @@ def Kernel.key (k : Kernel) : KernelKey :=
 
 /-- The canonical form of a plan. -/
 def Plan.canonical (p : Plan) : PlanKey :=
-  { axes := p.graph.axes, nodes := p.graph.nodes.map Node.key, output := p.graph.output,
+  { axes := p.graph.axes, nodes := p.graph.nodes.map Node.key, outputs := p.graph.outputs,
     kernels := p.kernels.map Kernel.key }
 
 /-- Plans are equal when their canonical forms are. -/
@@ -359,6 +378,11 @@ def mixStr (h : UInt64) (s : String) : UInt64 := mixHash h (hash s)
 /-- Mix a natural number into a hash. -/
 def mixNat (h : UInt64) (n : Nat) : UInt64 := mixHash h (hash n)
 
+/-- Mix an optional integer into a hash. -/
+def mixOptInt (h : UInt64) : Option Int → UInt64
+  | none => mixHash h 11
+  | some i => mixHash (mixHash h (hash i)) 13
+
 /-- Mix an optional string into a hash. -/
 def mixOptStr (h : UInt64) : Option String → UInt64
   | none => mixHash h 11
@@ -369,6 +393,7 @@ def NodeKey.mixInto (h : UInt64) (n : NodeKey) : UInt64 :=
   let h := mixStr h n.op
   let h := n.args.foldl mixNat (mixHash h 17)
   let h := mixOptStr (mixOptStr (mixOptStr (mixOptStr h n.name) n.axis) n.axisB) n.fn
+  let h := mixOptInt (mixOptInt h n.lo) n.hi
   match n.value with
   | none => mixHash h 11
   | some v => mixHash (mixHash h v) 13
@@ -385,7 +410,7 @@ def KernelKey.mixInto (h : UInt64) (k : KernelKey) : UInt64 :=
 def PlanKey.hash (p : PlanKey) : UInt64 :=
   let h := p.axes.foldl (fun acc a => mixNat (mixStr acc a.1) a.2) (7 : UInt64)
   let h := p.nodes.foldl NodeKey.mixInto (mixHash h 41)
-  let h := mixNat h p.output
+  let h := p.outputs.foldl mixNat (mixHash h 47)
   p.kernels.foldl KernelKey.mixInto (mixHash h 43)
 
 instance : Hashable PlanKey := ⟨PlanKey.hash⟩

@@ -45,8 +45,9 @@ def siteNat? : SiteElem → Option Nat
   | .node i => if i ≥ 0 then some i.toNat else none
   | .axis _ => none
 
-/-- Python's `1 / math.log(2.0)`, `log2(e)`: the constant `exp_to_exp2` introduces. Its bits
-are `0x3FF71547652B82FE` (checked below). -/
+/-- Python's `1 / math.log(2.0)`, `log2(e)`: the constant `exp_to_exp2` introduces, as a
+`Float`. Its bits are `Superopt.log2eBits = 0x3FF71547652B82FE` (checked below); the rule writes
+the node `.const log2eBits`. -/
 def log2e : Float := 1.4426950408889634
 
 /-! ## Graph rewriting -/
@@ -78,10 +79,11 @@ def dfsPost (g : Graph) :
       let st' := (g.node i).args.foldl (fun acc a => dfsPost g fuel a acc) st
       (st'.1.set! i true, st'.2.push i)
 
-/-- Drop dead nodes and renumber canonically: inputs first (in their order), then the
-post-order of a depth-first walk from the output visiting arguments left to right (Python:
-`dead_code_eliminate`). -/
-def deadCodeEliminate (g : Graph) : Graph := Id.run do
+/-- Dead-code elimination with its renumbering: the new graph, `order` (new id → old id) and
+`remap` (old id → new id; `0` for a dropped node). Inputs first (in their order), then the
+post-order of a depth-first walk from each output in list order, arguments left to right,
+skipping placed nodes (Python: `dead_code_eliminate`). -/
+def dceWith (g : Graph) : Graph × Array NodeId × Array NodeId := Id.run do
   let n := g.nodes.size
   let mut placed : Array Bool := arrayOf n false
   let mut order : Array NodeId := #[]
@@ -89,28 +91,56 @@ def deadCodeEliminate (g : Graph) : Graph := Id.run do
     if (g.node i).isInput then
       placed := placed.set! i true
       order := order.push i
-  let walked := dfsPost g (n + 1) g.output (placed, order)
+  let walked := g.outputs.foldl (fun st o => dfsPost g (n + 1) o st) (placed, order)
   let finalOrder := walked.2
   let mut remap : Array NodeId := arrayOf n 0
   for j in [0:finalOrder.size] do
     remap := remap.set! (finalOrder.getD j 0) j
   let newNodes := finalOrder.map fun i => (g.node i).mapArgs (fun a => remap.getD a 0)
-  return { g with nodes := newNodes, output := remap.getD g.output 0 }
+  return ({ g with nodes := newNodes, outputs := g.outputs.map (fun o => remap.getD o 0) },
+    finalOrder, remap)
+
+/-- Drop dead nodes and renumber canonically (see `dceWith`; Python: `dead_code_eliminate`). -/
+def deadCodeEliminate (g : Graph) : Graph := (dceWith g).1
+
+/-- What a rewrite says about its result, for the step checker to verify (never trusted):
+`origin[j]` is the node of the old graph that new node `j` copies (`none` for a node the rule
+emitted), `root` is the new node that replaces the rewritten node `target` of the old graph. -/
+structure RewriteWitness where
+  /-- Per new node, the old node it copies, if any. -/
+  origin : List (Option NodeId)
+  /-- The new node replacing the rewritten one. -/
+  root : NodeId
+  /-- The rewritten node of the old graph. -/
+  target : NodeId
+  deriving Repr, Inhabited
+
+/-- `rewriteGraph` with its witness (see `RewriteWitness`). -/
+def rewriteGraphW (g : Graph) (target : NodeId) (emit : Emitter → Emitter × NodeId) :
+    Graph × RewriteWitness := Id.run do
+  let mut em : Emitter := {}
+  let mut origin : Array (Option NodeId) := #[]
+  let mut rootPre : NodeId := 0
+  for i in [0:g.nodes.size] do
+    if i == target then
+      let r := emit em
+      origin := origin ++ arrayOf (r.1.nodes.size - em.nodes.size) none
+      rootPre := r.2
+      em := { r.1 with remap := r.1.remap.push r.2 }
+    else
+      let node := (g.node i).mapArgs (fun a => em.remap.getD a 0)
+      origin := origin.push (some i)
+      em := { em with nodes := em.nodes.push node, remap := em.remap.push em.nodes.size }
+  let (g', order, remap) :=
+    dceWith { g with nodes := em.nodes, outputs := g.outputs.map (fun o => em.remap.getD o 0) }
+  return (g', { origin := order.toList.map (fun pre => origin.getD pre none),
+                root := remap.getD rootPre 0, target := target })
 
 /-- Rebuild `g` with node `target` replaced by what `emit` builds (it receives the emitter
 holding the new ids of the nodes before `target` and returns the new id replacing it), then
 drop dead nodes (Python: `rewrite_graph`). -/
-def rewriteGraph (g : Graph) (target : NodeId) (emit : Emitter → Emitter × NodeId) :
-    Graph := Id.run do
-  let mut em : Emitter := {}
-  for i in [0:g.nodes.size] do
-    if i == target then
-      let r := emit em
-      em := { r.1 with remap := r.1.remap.push r.2 }
-    else
-      let node := (g.node i).mapArgs (fun a => em.remap.getD a 0)
-      em := { em with nodes := em.nodes.push node, remap := em.remap.push em.nodes.size }
-  return deadCodeEliminate { g with nodes := em.nodes, output := em.remap.getD g.output 0 }
+def rewriteGraph (g : Graph) (target : NodeId) (emit : Emitter → Emitter × NodeId) : Graph :=
+  (rewriteGraphW g target emit).1
 
 /-! ## Algebraic rules -/
 
@@ -139,8 +169,9 @@ def stabilizeSites (p : Plan) : Array Site := Id.run do
     | _ => pure ()
   return out
 
-/-- `exp S / Σ exp S → exp(S − M) / Σ exp(S − M)` with `M = max_a S`, at site `[P]`. -/
-def stabilizeApply (p : Plan) (site : Site) : Option Plan :=
+/-- `exp S / Σ exp S → exp(S − M) / Σ exp(S − M)` with `M = max_a S`, at site `[P]`: the new
+graph and its witness. -/
+def stabilizeRewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
   match site with
   | [e0] => do
     let pi ← siteNat? e0
@@ -149,16 +180,20 @@ def stabilizeApply (p : Plan) (site : Site) : Option Plan :=
       let s := ((p.node e).args.headD 0)
       match p.node z with
       | .reduce _ axis _ =>
-        some (initialPlan (rewriteGraph p.graph pi fun em =>
+        some (rewriteGraphW p.graph pi fun em =>
           let s' := em.old s
           let (em, m) := em.add (.reduce .max axis s')
           let (em, d) := em.add (.binary .sub s' m)
           let (em, e2) := em.add (.unary .exp d)
           let (em, z2) := em.add (.reduce .sum axis e2)
-          em.add (.binary .div e2 z2)))
+          em.add (.binary .div e2 z2))
       | _ => none
     | _ => none
   | _ => none
+
+/-- `stabilize_softmax` at site `[P]` (the plan of `stabilizeRewrite`'s graph). -/
+def stabilizeApply (p : Plan) (site : Site) : Option Plan :=
+  (stabilizeRewrite p site).map (fun r => initialPlan r.1)
 
 /-- If node `y` is `X·s`, `s·X` or `X/s` with `s` a row scale free of `contracted` (its axes a
 strict subset of `X`'s), the op, `X` and `s` (Python: `_row_scale_parts`). -/
@@ -196,8 +231,8 @@ def factorSites (p : Plan) : Array Site := Id.run do
     | _ => pure ()
   return out
 
-/-- `(X·s) @ W → (X @ W)·s` (FlashNorm), at site `[O, i]`. -/
-def factorApply (p : Plan) (site : Site) : Option Plan :=
+/-- `(X·s) @ W → (X @ W)·s` (FlashNorm), at site `[O, i]`: the new graph and its witness. -/
+def factorRewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
   match site with
   | [e0, e1] => do
     let o ← siteNat? e0
@@ -210,14 +245,18 @@ def factorApply (p : Plan) (site : Site) : Option Plan :=
         let ax := if idx == 0 then axisA else axisB
         match rowScaleParts p arg ax with
         | some (op, x, s) =>
-          some (initialPlan (rewriteGraph p.graph o fun em =>
+          some (rewriteGraphW p.graph o fun em =>
             let a' := if idx == 0 then em.old x else em.old a
             let b' := if idx == 0 then em.old b else em.old x
             let (em, mm) := em.add (.matmul a' b' axisA axisB)
-            em.add (.binary op mm (em.old s))))
+            em.add (.binary op mm (em.old s)))
         | none => none
     | _ => none
   | _ => none
+
+/-- `factor_row_scale` at site `[O, i]` (the plan of `factorRewrite`'s graph). -/
+def factorApply (p : Plan) (site : Site) : Option Plan :=
+  (factorRewrite p site).map (fun r => initialPlan r.1)
 
 /-- Sites of `exp_to_exp2`: `[E]` for every `exp` node; on an unscheduled plan only. -/
 def exp2Sites (p : Plan) : Array Site := Id.run do
@@ -229,19 +268,23 @@ def exp2Sites (p : Plan) : Array Site := Id.run do
     | _ => pure ()
   return out
 
-/-- `exp x → exp2(x · log2 e)`, at site `[E]`. -/
-def exp2Apply (p : Plan) (site : Site) : Option Plan :=
+/-- `exp x → exp2(x · log2 e)`, at site `[E]`: the new graph and its witness. -/
+def exp2Rewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
   match site with
   | [e0] => do
     let e ← siteNat? e0
     match (p.node e).args with
     | x :: _ =>
-      some (initialPlan (rewriteGraph p.graph e fun em =>
-        let (em, c) := em.add (.const log2e)
+      some (rewriteGraphW p.graph e fun em =>
+        let (em, c) := em.add (.const log2eBits)
         let (em, y) := em.add (.binary .mul (em.old x) c)
-        em.add (.unary .exp2 y)))
+        em.add (.unary .exp2 y))
     | [] => none
   | _ => none
+
+/-- `exp_to_exp2` at site `[E]` (the plan of `exp2Rewrite`'s graph). -/
+def exp2Apply (p : Plan) (site : Site) : Option Plan :=
+  (exp2Rewrite p site).map (fun r => initialPlan r.1)
 
 /-! ## Schedule rules -/
 
@@ -359,14 +402,14 @@ def fuseEpilogueApply (p : Plan) (site : Site) : Option Plan :=
       some (merge p c [pk])
   | _ => none
 
-/-- Sites of `fuse_prologue`: `[p, c]` for an elementwise kernel `p` (not computing the output)
+/-- Sites of `fuse_prologue`: `[p, c]` for an elementwise kernel `p` (computing no output)
 whose only reader is kernel `c`, itself not elementwise only. -/
 def fusePrologueSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for pk in [0:p.kernels.size] do
     if !elementwiseOnly p pk then continue
     let nodes := (p.kernel pk).nodes
-    if nodes.contains p.graph.output then continue
+    if p.graph.outputs.any (fun o => nodes.contains o) then continue
     let mut readers : Array (Option Nat) := #[]
     for n in nodes do
       for cn in p.consumers n do
@@ -654,6 +697,9 @@ structure Rule where
   applyFn : Plan → Site → Option Plan
   /-- Whether the rule rewrites the graph (only on unscheduled plans). -/
   algebraic : Bool
+  /-- For an algebraic rule, the rewritten graph with its witness (`applyFn` is the initial
+  plan of that graph); `none` for schedule rules. -/
+  rewrite : Plan → Site → Option (Graph × RewriteWitness) := fun _ _ => none
 
 /-- Apply `r` at `site` if `site` is one of `r.sites p` (Python: `Rule.apply`). -/
 def Rule.apply (r : Rule) (p : Plan) (site : Site) : Option Plan :=
@@ -662,17 +708,18 @@ def Rule.apply (r : Rule) (p : Plan) (site : Site) : Option Plan :=
 /-- `stabilize_softmax`. -/
 def stabilizeSoftmax : Rule :=
   { id := "stabilize_softmax", theoremName := "Superopt.stabilize_softmax_sound",
-    sites := stabilizeSites, applyFn := stabilizeApply, algebraic := true }
+    sites := stabilizeSites, applyFn := stabilizeApply, algebraic := true,
+    rewrite := stabilizeRewrite }
 
 /-- `factor_row_scale`. -/
 def factorRowScale : Rule :=
   { id := "factor_row_scale", theoremName := "Superopt.factor_row_scale_sound",
-    sites := factorSites, applyFn := factorApply, algebraic := true }
+    sites := factorSites, applyFn := factorApply, algebraic := true, rewrite := factorRewrite }
 
 /-- `exp_to_exp2`. -/
 def expToExp2 : Rule :=
   { id := "exp_to_exp2", theoremName := "Superopt.exp_to_exp2_sound",
-    sites := exp2Sites, applyFn := exp2Apply, algebraic := true }
+    sites := exp2Sites, applyFn := exp2Apply, algebraic := true, rewrite := exp2Rewrite }
 
 /-- `online_softmax`. -/
 def onlineSoftmax : Rule :=

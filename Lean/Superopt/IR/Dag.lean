@@ -8,11 +8,16 @@ Semantics of the ops (the float64 ground truth is `superopt.semantics` on the Py
 `Superopt.Semantics` here):
 
 * `input name axes`: a tensor argument.
-* `size axis`: the scalar size of an axis; `eps value` and `const value`: scalars (`eps` is the
-  RMSNorm epsilon of the spec; `const` is what rules introduce, e.g. `log2(e)`).
+* `size axis`: the scalar size of an axis; `eps bits` and `const bits`: scalars given by the
+  IEEE-754 binary64 bits of their value (`eps` is the RMSNorm epsilon of the spec, finite and
+  `≥ 0`; `const` is what rules introduce, e.g. `log2(e)`, finite or `±∞`; NaN is refused).
+* `band axisA axisB lo hi`: the 0/1 mask over `[axisA, axisB]` that is one where
+  `lo ≤ i_a − i_b ≤ hi` (`none` = unbounded); a causal or sliding-window attention mask.
 * `unary op x`: elementwise, axes unchanged.
 * `binary op x y`: elementwise with named-axis broadcasting. The output axes are `x`'s axes
   followed by `y`'s axes that `x` lacks.
+* `select c x y`: `x` where `c ≠ 0`, else `y`, elementwise; output axes `x`'s, then `y`'s that
+  `x` lacks, then `c`'s that neither has.
 * `reduce fn axis x`: removes `axis`.
 * `matmul a b axisA axisB`: contracts `axisA` of `a` with `axisB` of `b` (equal sizes); axes
   with the same name in both are batch axes, as in einsum. Output axes: `a`'s axes without
@@ -23,7 +28,7 @@ Semantics of the ops (the float64 ground truth is `superopt.semantics` on the Py
 
 * `Superopt.Node`, `Superopt.Graph`: the IR.
 * `Superopt.GraphError`: a typed error with the wire `kind`, a message and a `path`
-  (`nodes[5]`, `axes[0]`, `output`).
+  (`nodes[5]`, `axes[0]`, `outputs[1]`).
 * `Superopt.Node.inferAxes`: shape inference for one node.
 * `Superopt.Graph.axesOf`, `Superopt.Graph.check`: shape inference and well-formedness of a
   whole graph.
@@ -61,6 +66,18 @@ inductive UnOp where
   | neg
   /-- `1 / x`. -/
   | recip
+  /-- `tanh x`. -/
+  | tanh
+  /-- `1 / (1 + e^(-x))`. -/
+  | sigmoid
+  /-- `max(x, 0)`. -/
+  | relu
+  /-- The natural logarithm. -/
+  | log
+  /-- GELU, erf form: `x · Φ(x)`. -/
+  | gelu
+  /-- GELU, tanh approximation: `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`. -/
+  | geluTanh
   deriving Repr, BEq, DecidableEq, Inhabited
 
 /-- Elementwise binary operations (with named-axis broadcasting). -/
@@ -91,10 +108,13 @@ inductive Node where
   | input (name : String) (axes : List Axis)
   /-- The size of `axis` as a scalar. -/
   | size (axis : Axis)
-  /-- The RMSNorm epsilon, a scalar. -/
-  | eps (value : Float)
-  /-- A scalar constant (introduced by rules, e.g. `log2(e)`). -/
-  | const (value : Float)
+  /-- The RMSNorm epsilon, a scalar, by the IEEE-754 binary64 bits of its value. -/
+  | eps (bits : UInt64)
+  /-- A scalar constant (introduced by rules, e.g. `log2(e)`), by its binary64 bits. -/
+  | const (bits : UInt64)
+  /-- The 0/1 band mask over `[axisA, axisB]`: one where `lo ≤ i_a − i_b ≤ hi` (`none`:
+  unbounded), zero elsewhere. A leaf. -/
+  | band (axisA axisB : Axis) (lo hi : Option Int)
   /-- An elementwise unary operation; axes unchanged. -/
   | unary (op : UnOp) (x : NodeId)
   /-- An elementwise binary operation; axes: `x`'s, then `y`'s that `x` lacks. -/
@@ -103,14 +123,16 @@ inductive Node where
   | reduce (fn : RedFn) (axis : Axis) (x : NodeId)
   /-- Contract `axisA` of `a` with `axisB` of `b`; shared names are batch axes. -/
   | matmul (a b : NodeId) (axisA axisB : Axis)
-  deriving Repr, Inhabited
+  /-- `x` where `c ≠ 0`, else `y`, elementwise with broadcasting over all three. -/
+  | select (c x y : NodeId)
+  deriving Repr, BEq, DecidableEq, Inhabited
 
-/-- A DAG over named axes with one output.
+/-- A DAG over named axes with one or more outputs.
 
 * `axes`: declared axes with their sizes, in declaration order, e.g.
   `[("h", 16), ("t_q", 4096), ("t_kv", 4096), ("d_h", 128)]`.
 * `nodes`: topologically ordered; a node's arguments name earlier nodes only.
-* `output`: the id of the output node.
+* `outputs`: the ids of the output nodes (non-empty, distinct).
 
 A value of this type is not necessarily well formed: `Graph.check` decides that. -/
 structure Graph where
@@ -120,9 +142,13 @@ structure Graph where
   axes : List (Axis × Nat)
   /-- The nodes, topologically ordered. -/
   nodes : Array Node
-  /-- The id of the output node. -/
-  output : NodeId
-  deriving Repr, Inhabited
+  /-- The ids of the output nodes, in order. -/
+  outputs : List NodeId
+  deriving Repr, BEq, DecidableEq, Inhabited
+
+/-- The IEEE-754 binary64 bits of the constant `log₂ e ≈ 1.4426950408889634` that
+`exp_to_exp2` writes (Python: `LOG2E = 1 / math.log(2.0)`). -/
+def log2eBits : UInt64 := 0x3FF71547652B82FE
 
 /-! ## Wire names of the operations -/
 
@@ -136,9 +162,17 @@ def UnOp.name : UnOp → String
   | .sqrt => "sqrt"
   | .neg => "neg"
   | .recip => "recip"
+  | .tanh => "tanh"
+  | .sigmoid => "sigmoid"
+  | .relu => "relu"
+  | .log => "log"
+  | .gelu => "gelu"
+  | .geluTanh => "gelu_tanh"
 
 /-- Every unary op, in the order of Python's `UNARY_OPS`. -/
-def UnOp.all : List UnOp := [.exp, .exp2, .silu, .square, .rsqrt, .sqrt, .neg, .recip]
+def UnOp.all : List UnOp :=
+  [.exp, .exp2, .silu, .square, .rsqrt, .sqrt, .neg, .recip, .tanh, .sigmoid, .relu, .log, .gelu,
+    .geluTanh]
 
 /-- The unary op with wire name `s`, if any. -/
 def UnOp.ofName? (s : String) : Option UnOp := UnOp.all.find? (fun op => op.name == s)
@@ -166,28 +200,33 @@ def RedFn.name : RedFn → String
 def RedFn.ofName? (s : String) : Option RedFn :=
   if s == "sum" then some .sum else if s == "max" then some .max else none
 
-/-- The node's arguments, in order (`[x]`, `[x, y]`, `[a, b]`, or `[]` for leaves). -/
+/-- The node's arguments, in order (`[x]`, `[x, y]`, `[a, b]`, `[c, x, y]`, or `[]` for
+leaves). -/
 def Node.args : Node → List NodeId
   | .input _ _ => []
   | .size _ => []
   | .eps _ => []
   | .const _ => []
+  | .band _ _ _ _ => []
   | .unary _ x => [x]
   | .binary _ x y => [x, y]
   | .reduce _ _ x => [x]
   | .matmul a b _ _ => [a, b]
+  | .select c x y => [c, x, y]
 
-/-- The wire name of the node's op: `input`, `size`, `eps`, `const`, a unary or binary op's
-name, `reduce` or `matmul`. -/
+/-- The wire name of the node's op: `input`, `size`, `eps`, `const`, `band`, a unary or binary
+op's name, `reduce`, `matmul` or `select`. -/
 def Node.opName : Node → String
   | .input _ _ => "input"
   | .size _ => "size"
   | .eps _ => "eps"
   | .const _ => "const"
+  | .band _ _ _ _ => "band"
   | .unary op _ => op.name
   | .binary op _ _ => op.name
   | .reduce _ _ _ => "reduce"
   | .matmul _ _ _ _ => "matmul"
+  | .select _ _ _ => "select"
 
 /-! ## Errors -/
 
@@ -224,13 +263,13 @@ def GraphErrorKind.wireName : GraphErrorKind → String
   | .missingOutput => "missing_output"
 
 /-- A graph that is not well formed: the kind, a message, and where (`nodes[5]`, `axes[0]`,
-`output`). -/
+`outputs[1]`). -/
 structure GraphError where
   /-- What went wrong. -/
   kind : GraphErrorKind
   /-- A human-readable message naming the axes involved. -/
   message : String
-  /-- Where: `nodes[i]`, `axes[i]` or `output`. -/
+  /-- Where: `nodes[i]`, `axes[i]`, `outputs` or `outputs[i]`. -/
   path : String
   deriving Repr, Inhabited
 
@@ -273,9 +312,10 @@ before it (`prev[j]` for node `j`). `path` locates the node in errors (`nodes[i]
 
 The arguments must already be known to name earlier nodes (see `Graph.inferAll`).
 
-Errors: `unknownAxis` (input or size over an undeclared axis), `graph` (empty input name,
-repeated input axis), `reduceAxis`, `contraction`, `sizeMismatch` (contracted axes of
-different sizes). -/
+Errors: `unknownAxis` (input, size or band over an undeclared axis), `graph` (empty input
+name, repeated input axis, a band over one axis twice, an `eps` that is not finite and `≥ 0`, a
+NaN `const`), `reduceAxis`, `contraction`, `sizeMismatch` (contracted axes of different
+sizes). -/
 def Node.inferAxes (declared : List (Axis × Nat)) (path : String) (prev : Array (List Axis)) :
     Node → Except GraphError (List Axis)
   | .input name axes => do
@@ -292,10 +332,26 @@ def Node.inferAxes (declared : List (Axis × Nat)) (path : String) (prev : Array
     if (lookupSize declared axis).isNone then
       GraphError.throw .unknownAxis path s!"size of undeclared axis {quoteAxis axis}"
     pure []
-  | .eps _ => pure []
-  | .const _ => pure []
+  | .eps bits => do
+    let v := Float.ofBits bits
+    if v.isNaN || v.isInf || decide (v < 0) then
+      GraphError.throw .graph path s!"eps must be finite and >= 0, got {v}"
+    pure []
+  | .const bits => do
+    if (Float.ofBits bits).isNaN then
+      GraphError.throw .graph path "const must not be NaN"
+    pure []
+  | .band axisA axisB _ _ => do
+    for a in [axisA, axisB] do
+      if (lookupSize declared a).isNone then
+        GraphError.throw .unknownAxis path s!"band over undeclared axis {quoteAxis a}"
+    if axisA == axisB then
+      GraphError.throw .graph path s!"band needs two distinct axes, got {quoteAxis axisA} twice"
+    pure [axisA, axisB]
   | .unary _ x => pure (prev.getD x [])
   | .binary _ x y => pure (broadcastAxes (prev.getD x []) (prev.getD y []))
+  | .select c x y =>
+    pure (broadcastAxes (broadcastAxes (prev.getD x []) (prev.getD y [])) (prev.getD c []))
   | .reduce fn axis x => do
     let xs := prev.getD x []
     if !xs.contains axis then
@@ -393,16 +449,39 @@ def Graph.axesOf (g : Graph) (i : NodeId) : Except GraphError (List Axis) := do
     GraphError.throw .danglingNode s!"nodes[{i}]"
       s!"node {i} names no node (the graph has {g.nodes.size})"
 
-/-- Check that `g` is well formed: the declaration table, every node (arguments and shape
-inference), and the output id.
+/-- Check the output list from entry `i` on (`seen` holds the entries before it): each must
+name a node (`danglingNode`) and appear once (`graph`), at `outputs[i]`. -/
+def checkOutputsFrom (total : Nat) : List NodeId → Nat → List NodeId → Except GraphError Unit
+  | [], _, _ => pure ()
+  | o :: rest, i, seen => do
+    if o ≥ total then
+      GraphError.throw .danglingNode s!"outputs[{i}]" s!"output {o} names no node"
+    if seen.contains o then
+      GraphError.throw .graph s!"outputs[{i}]" s!"output {o} is listed twice"
+    checkOutputsFrom total rest (i + 1) (o :: seen)
 
-Errors: any `GraphError` kind; `danglingNode` at `output` if the output names no node. -/
+/-- Check that `g` is well formed: the declaration table, every node (arguments and shape
+inference), and the outputs.
+
+Errors: any `GraphError` kind; `missingOutput` at `outputs` for an empty output list;
+`danglingNode` at `outputs[i]` for an output naming no node; `graph` at `outputs[i]` for an
+output listed twice. -/
 def Graph.check (g : Graph) : Except GraphError Unit := do
   let _ ← g.inferAll
-  if g.output ≥ g.nodes.size then
-    GraphError.throw .danglingNode "output" s!"output {g.output} names no node"
+  if g.outputs.isEmpty then
+    GraphError.throw .missingOutput "outputs" "the graph has no output"
+  checkOutputsFrom g.nodes.size g.outputs 0 []
 
-/-- The output axes of a well-formed graph (see `Graph.axesOf`). -/
+/-- The first output of a graph (`0` for a graph without outputs, which `Graph.check`
+refuses). -/
+def Graph.output (g : Graph) : NodeId := g.outputs.headD 0
+
+/-- The output axes of a well-formed graph's outputs, in order (see `Graph.axesOf`). -/
+def Graph.outputsAxes (g : Graph) : Except GraphError (List (List Axis)) := do
+  g.check
+  g.outputs.mapM g.axesOf
+
+/-- The output axes of a well-formed graph's first output (see `Graph.axesOf`). -/
 def Graph.outputAxes (g : Graph) : Except GraphError (List Axis) := do
   g.check
   g.axesOf g.output

@@ -19,7 +19,9 @@ buildGraphWithOutput "matmul" [("m", 4), ("d", 8), ("n", 2)] body
 ## Main definitions
 
 * `Superopt.Dsl.DagM`, `Superopt.Dsl.buildGraphWithOutput`, `Superopt.Dsl.buildGraph`.
-* One builder per op; `maxN` for the elementwise maximum (so that `max` stays `Max.max`).
+* One builder per op; `maxN` for the elementwise maximum (so that `max` stays `Max.max`);
+  `select`, `band`, and `mean` (sugar: `red .sum`, `sizeConst`, `div`).
+* `output` marks an output; called several times, it appends (a graph with several outputs).
 * `Superopt.Dsl.softmaxSubdag`, `Superopt.Dsl.rmsNormSubdag`: the sub-DAGs the workloads share.
 
 ## Implementation notes
@@ -35,7 +37,7 @@ namespace Superopt.Dsl
 open Superopt
 
 /-- The builder's state: the declared axes, the nodes so far with their inferred axes, and the
-output once `output` has been called. -/
+outputs marked so far. -/
 structure DagState where
   /-- Declared axes with their sizes, in declaration order. -/
   axes : List (Axis × Nat)
@@ -43,8 +45,8 @@ structure DagState where
   nodes : Array Node := #[]
   /-- The inferred output axes of each node built so far. -/
   nodeAxes : Array (List Axis) := #[]
-  /-- The output node, once set. -/
-  output : Option NodeId := none
+  /-- The outputs marked so far, in order. -/
+  outputs : List NodeId := []
   deriving Inhabited
 
 /-- The graph-building monad: state over the nodes, failing with a `GraphError`. -/
@@ -72,11 +74,18 @@ def input (name : String) (axes : List Axis) : DagM NodeId := addNode (.input na
 /-- The size of `axis` as a scalar (Python: `size_const`). -/
 def sizeConst (axis : Axis) : DagM NodeId := addNode (.size axis)
 
-/-- The scalar epsilon (Python: `eps_const`). -/
-def epsConst (value : Float) : DagM NodeId := addNode (.eps value)
+/-- The scalar epsilon (Python: `eps_const`); stored by its binary64 bits. -/
+def epsConst (value : Float) : DagM NodeId := addNode (.eps value.toBits)
 
-/-- A scalar constant (introduced by rules, e.g. `log2(e)`). -/
-def const (value : Float) : DagM NodeId := addNode (.const value)
+/-- A scalar constant (e.g. `1/√d`, `-∞`, or `log2(e)` introduced by a rule); stored by its
+binary64 bits. -/
+def const (value : Float) : DagM NodeId := addNode (.const value.toBits)
+
+/-- The 0/1 band mask over `[axisA, axisB]`: one where `lo ≤ i_a − i_b ≤ hi` (`none`:
+unbounded). Causal attention over `t_q` queries and `t_kv` keys is
+`band "t_q" "t_kv" (some (t_q − t_kv)) none`. -/
+def band (axisA axisB : Axis) (lo hi : Option Int) : DagM NodeId :=
+  addNode (.band axisA axisB lo hi)
 
 /-- An elementwise unary op on `x`. -/
 def unary (op : UnOp) (x : NodeId) : DagM NodeId := addNode (.unary op x)
@@ -100,6 +109,18 @@ def sqrt (x : NodeId) : DagM NodeId := unary .sqrt x
 def neg (x : NodeId) : DagM NodeId := unary .neg x
 /-- `1 / x`, elementwise. -/
 def recip (x : NodeId) : DagM NodeId := unary .recip x
+/-- `tanh x`, elementwise. -/
+def tanh (x : NodeId) : DagM NodeId := unary .tanh x
+/-- `1 / (1 + e^(-x))`, elementwise. -/
+def sigmoid (x : NodeId) : DagM NodeId := unary .sigmoid x
+/-- `max(x, 0)`, elementwise. -/
+def relu (x : NodeId) : DagM NodeId := unary .relu x
+/-- The natural logarithm, elementwise. -/
+def log (x : NodeId) : DagM NodeId := unary .log x
+/-- GELU (erf form, `x · Φ(x)`), elementwise. -/
+def gelu (x : NodeId) : DagM NodeId := unary .gelu x
+/-- GELU (tanh approximation), elementwise. -/
+def geluTanh (x : NodeId) : DagM NodeId := unary .geluTanh x
 
 /-- `x + y`, elementwise with broadcasting. -/
 def add (x y : NodeId) : DagM NodeId := binary .add x y
@@ -112,36 +133,46 @@ def div (x y : NodeId) : DagM NodeId := binary .div x y
 /-- `max(x, y)`, elementwise with broadcasting (Python: `max`). -/
 def maxN (x y : NodeId) : DagM NodeId := binary .max x y
 
+/-- `x` where `c ≠ 0`, else `y`, elementwise with broadcasting over all three. -/
+def select (c x y : NodeId) : DagM NodeId := addNode (.select c x y)
+
 /-- Reduce `x` over `axis` with `fn` (`red .sum "t_kv" e`). -/
 def red (fn : RedFn) (axis : Axis) (x : NodeId) : DagM NodeId := addNode (.reduce fn axis x)
+
+/-- The mean of `x` over `axis`: three nodes `reduce.sum`, `size`, `div`. -/
+def mean (axis : Axis) (x : NodeId) : DagM NodeId := do
+  let s ← red .sum axis x
+  let n ← sizeConst axis
+  div s n
 
 /-- Contract `axisA` of `a` with `axisB` of `b`; shared names are batch axes
 (`matmul x w "d" "d"`). -/
 def matmul (a b : NodeId) (axisA axisB : Axis) : DagM NodeId := addNode (.matmul a b axisA axisB)
 
-/-- Mark the graph's output; fails with `danglingNode` at `output` if `x` names no node. -/
+/-- Mark `x` as an output (appended after the outputs marked so far); fails with
+`danglingNode` at `outputs[i]` if `x` names no node. -/
 def output (x : NodeId) : DagM NodeId := do
   let s ← get
   if x ≥ s.nodes.size then
-    StateT.lift <| GraphError.throw .danglingNode "output" s!"output {x} names no node"
-  set { s with output := some x }
+    StateT.lift <| GraphError.throw .danglingNode s!"outputs[{s.outputs.length}]"
+      s!"output {x} names no node"
+  set { s with outputs := s.outputs ++ [x] }
   return x
 
-/-- Run `body` over the declared `axes` and return the checked graph; `body` must call `output`.
+/-- Run `body` over the declared `axes` and return the checked graph; `body` must call `output`
+at least once.
 
-Errors: the axis table's (`checkAxisTable`), the first bad node's, and `missingOutput`. -/
+Errors: the axis table's (`checkAxisTable`), the first bad node's, `missingOutput` (no output),
+`graph` at `outputs[i]` (an output marked twice). -/
 def buildGraph (name : String) (axes : List (Axis × Nat)) (body : DagM Unit) :
     Except GraphError Graph := do
   checkAxisTable axes
   let (_, s) ← body.run { axes := axes }
-  match s.output with
-  | none => GraphError.throw .missingOutput "output" "the graph has no output"
-  | some out =>
-    let g : Graph := { name := name, axes := axes, nodes := s.nodes, output := out }
-    g.check
-    pure g
+  let g : Graph := { name := name, axes := axes, nodes := s.nodes, outputs := s.outputs }
+  g.check
+  pure g
 
-/-- Run `body` over the declared `axes` and make its result the output
+/-- Run `body` over the declared `axes` and make its result the one output
 (Python: `build_graph_with_output`).
 
 Examples: `buildGraphWithOutput "matmul" [("m", 4), ("d", 8), ("n", 2)] body` has 3 nodes when

@@ -18,7 +18,8 @@ which is the float64 ground truth every kernel is checked against.
 * `Superopt.Semantics.evalNode`: one node, given the denotations of earlier nodes.
 * `Superopt.Semantics.denote`: the denotation of node `i`, by recursion on node ids with fuel:
   an argument id that is not smaller than the current id denotes `0`.
-* `Superopt.Semantics.denoteOutput`: the denotation of the graph's output.
+* `Superopt.Semantics.denoteOutputs`, `denoteOutput k`: the denotations of the graph's
+  outputs.
 * `instance : ScalarOps Float`: IEEE binary64, so `#eval denote g env i idx` runs.
 
 ## Main statements
@@ -57,6 +58,24 @@ theorem Index.set_set (idx : Index) (axis : Axis) (k k' : Nat) :
   · simp only [Index.set, if_pos h]
   · simp only [Index.set, if_neg h]
 
+/-- `idx` restricted to `axes`: the positions along `axes`, `0` along every other axis. An input
+`X[m, d]` is read at `idx.restrict ["m", "d"]`, so its value depends on its own axes only.
+
+Example: `Index.restrict ["m"] (fun _ => 3) "d" = 0`. -/
+def Index.restrict (axes : List Axis) (idx : Index) (a : Axis) : Nat :=
+  if axes.contains a then idx a else 0
+
+/-- Whether positions `i` along `axisA` and `j` along `axisB` are in the band
+`lo ≤ i − j ≤ hi` (`none`: unbounded), as integers. -/
+def bandOk (lo hi : Option Int) (i j : Nat) : Bool :=
+  let d : Int := Int.ofNat i - Int.ofNat j
+  (match lo with
+    | some l => decide (l ≤ d)
+    | none => true) &&
+  (match hi with
+    | some h => decide (d ≤ h)
+    | none => true)
+
 /-- The declared size of `axis` in a graph's axis list (the first binding; `0` if none).
 
 Example: `axisSize [("m", 4), ("d", 8)] "d" = 8`. -/
@@ -68,7 +87,8 @@ section Eval
 
 variable {α : Type} [ScalarOps α]
 
-/-- The scalar function of a unary op (`square x = x * x`, `recip x = 1 / x`). -/
+/-- The scalar function of a unary op (`square x = x * x`, `recip x = 1 / x`,
+`relu x = max x 0`). -/
 def evalUnOp : UnOp → α → α
   | .exp, x => ScalarOps.exp x
   | .exp2, x => ScalarOps.exp2 x
@@ -78,6 +98,12 @@ def evalUnOp : UnOp → α → α
   | .sqrt, x => ScalarOps.sqrt x
   | .neg, x => -x
   | .recip, x => ScalarOps.one / x
+  | .tanh, x => ScalarOps.tanh x
+  | .sigmoid, x => ScalarOps.sigmoid x
+  | .relu, x => ScalarOps.max x ScalarOps.zero
+  | .log, x => ScalarOps.log x
+  | .gelu, x => ScalarOps.gelu x
+  | .geluTanh, x => ScalarOps.geluTanh x
 
 /-- The scalar function of a binary op. -/
 def evalBinOp : BinOp → α → α → α
@@ -94,19 +120,23 @@ def evalRed : RedFn → List α → α
 
 /-- The value of one node at `idx`, given `arg j ix`, the value of earlier node `j` at `ix`.
 
-* `input name _`: `env name idx`;
-* `size axis`: `ofNat (axisSize g.axes axis)`; `eps v`, `const v`: `ofFloat v`;
-* elementwise ops: the arguments at the same `idx`;
+* `input name axes`: `env name (idx.restrict axes)`;
+* `size axis`: `ofNat (axisSize g.axes axis)`; `eps b`, `const b`: `ofBits b`;
+* `band a b lo hi`: `one` where `lo ≤ idx a − idx b ≤ hi`, else `zero`;
+* elementwise ops and `select`: the arguments at the same `idx`;
 * `reduce fn axis x`: `fn` over `[x at idx[axis := k] | k < size axis]`;
 * `matmul a b axisA axisB`: `Σ_{k < size axisA} a[axisA := k] * b[axisB := k]`. -/
 def evalNode (g : Graph) (env : String → Index → α) (arg : NodeId → Index → α) :
     Node → Index → α
-  | .input name _, idx => env name idx
+  | .input name axes, idx => env name (Index.restrict axes idx)
   | .size axis, _ => ScalarOps.ofNat (axisSize g.axes axis)
-  | .eps value, _ => ScalarOps.ofFloat value
-  | .const value, _ => ScalarOps.ofFloat value
+  | .eps bits, _ => ScalarOps.ofBits bits
+  | .const bits, _ => ScalarOps.ofBits bits
+  | .band axisA axisB lo hi, idx =>
+    if bandOk lo hi (idx axisA) (idx axisB) then ScalarOps.one else ScalarOps.zero
   | .unary op x, idx => evalUnOp op (arg x idx)
   | .binary op x y, idx => evalBinOp op (arg x idx) (arg y idx)
+  | .select c x y, idx => ScalarOps.select (arg c idx) (arg x idx) (arg y idx)
   | .reduce fn axis x, idx =>
     evalRed fn ((List.range (axisSize g.axes axis)).map (fun k => arg x (Index.set idx axis k)))
   | .matmul a b axisA axisB, idx =>
@@ -136,9 +166,15 @@ Mirrors `superopt.semantics.evaluate`. -/
 def denote (g : Graph) (env : String → Index → α) (i : NodeId) (idx : Index) : α :=
   denoteAux g env (i + 1) i idx
 
-/-- The denotation of the graph's output node. -/
-def denoteOutput (g : Graph) (env : String → Index → α) (idx : Index) : α :=
-  denote g env g.output idx
+/-- The denotations of the graph's outputs, in order. -/
+def denoteOutputs (g : Graph) (env : String → Index → α) : List (Index → α) :=
+  g.outputs.map (denote g env)
+
+/-- The denotation of output `k` of the graph (`zero` when `k` is out of range). -/
+def denoteOutput (g : Graph) (env : String → Index → α) (k : Nat) (idx : Index) : α :=
+  match g.outputs[k]? with
+  | some o => denote g env o idx
+  | none => ScalarOps.zero
 
 /-- `denoteAux` unfolds one step (definitionally). -/
 theorem denoteAux_succ (g : Graph) (env : String → Index → α) (fuel : Nat) (i : NodeId)
@@ -182,17 +218,17 @@ theorem denote_eq_step (g : Graph) (env : String → Index → α) (i : NodeId) 
     · rw [if_neg hj, if_neg hj]
   exact congrArg (fun arg => step g env i arg idx) harg
 
-/-- An input node denotes its tensor. -/
+/-- An input node denotes its tensor, read along its own axes. -/
 theorem denote_input {g : Graph} {env : String → Index → α} {i : NodeId} {name : String}
     {axes : List Axis} (h : g.nodes[i]? = some (.input name axes)) (idx : Index) :
-    denote g env i idx = env name idx := by
+    denote g env i idx = env name (Index.restrict axes idx) := by
   rw [denote_eq_step g env i idx]
   simp only [step, h, evalNode]
 
 /-- A `const` node denotes its literal. -/
-theorem denote_const {g : Graph} {env : String → Index → α} {i : NodeId} {value : Float}
-    (h : g.nodes[i]? = some (.const value)) (idx : Index) :
-    denote g env i idx = ScalarOps.ofFloat value := by
+theorem denote_const {g : Graph} {env : String → Index → α} {i : NodeId} {bits : UInt64}
+    (h : g.nodes[i]? = some (.const bits)) (idx : Index) :
+    denote g env i idx = ScalarOps.ofBits bits := by
   rw [denote_eq_step g env i idx]
   simp only [step, h, evalNode]
 
@@ -240,6 +276,20 @@ theorem denote_reduce_invariant {g : Graph} {env : String → Index → α} {i x
 
 end Eval
 
+/-- `π` as a binary64 float. -/
+def piFloat : Float := 3.141592653589793
+
+/-- `erf x` to about `1.5e-7` (Abramowitz and Stegun 7.1.26), for the `Float` instance's `gelu`
+only: core Lean has no `Float.erf`. `#eval` values of `gelu` are therefore approximate; the
+proofs never use `Float`. -/
+def erfApprox (x : Float) : Float :=
+  let s : Float := if x < 0.0 then -1.0 else 1.0
+  let a := s * x
+  let t := 1.0 / (1.0 + 0.3275911 * a)
+  let poly := t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 +
+    t * 1.061405429))))
+  s * (1.0 - poly * Float.exp (-(a * a)))
+
 /-- IEEE-754 binary64 operations, for evaluating graphs with `#eval` and comparing with the
 Python reference. This is *not* a `ScalarLaws` instance: floating point is not associative,
 which is why the rules are proved over `ScalarLaws` instead. -/
@@ -252,13 +302,19 @@ instance : ScalarOps Float where
   zero := 0.0
   one := 1.0
   ofNat := Float.ofNat
-  ofFloat := fun x => x
+  ofBits := Float.ofBits
   exp := Float.exp
   exp2 := Float.exp2
-  log2e := 1.4426950408889634
   sqrt := Float.sqrt
   rsqrt := fun x => 1.0 / Float.sqrt x
   silu := fun x => x / (1.0 + Float.exp (-x))
+  tanh := Float.tanh
+  sigmoid := fun x => 1.0 / (1.0 + Float.exp (-x))
+  log := Float.log
+  gelu := fun x => 0.5 * x * (1.0 + erfApprox (x / Float.sqrt 2.0))
+  geluTanh := fun x =>
+    0.5 * x * (1.0 + Float.tanh (Float.sqrt (2.0 / piFloat) * (x + 0.044715 * x * x * x)))
+  select := fun c x y => if c == 0.0 then y else x
   max := fun x y => if x < y then y else x
   negInf := -(1.0 / 0.0)
 

@@ -1,7 +1,7 @@
 import Superopt.IR.Dsl
 
 /-!
-# The five reference workloads
+# The reference workloads
 
 | workload      | graph                                         | reference case        |
 |---------------|-----------------------------------------------|-----------------------|
@@ -10,13 +10,14 @@ import Superopt.IR.Dsl
 | `matmul`      | `X @_d W`                                     | m=1024 d=4096 n=4096  |
 | `rmsnorm`     | `Y = X * rsqrt(sum_d X^2 / size(d) + eps); Y @_d W` | m=1024 n=4096 d=4096 |
 | `rmsnorm_mlp` | `Y` as above; `(Y @_d W_up) * (Y @_d W_gate)` | m=1024 n=1024 d=1024  |
+| `llama3_attention` | `softmax_{t_kv}(select(band, (Q @ K)/√d_h, −∞)) @ V`, GQA | b=1 g=8 r=4 t_q=t_kv=4096 d_h=128 |
+| `residual_rmsnorm` | `H = X + R`; `Z = rmsnorm(H) * gamma`; outputs `H, Z` | m=4096 d=4096 |
 
 ## Main definitions
 
-* `Superopt.attentionGraph` ... `Superopt.rmsnormMlpGraph`: the graphs, with the sizes as
-  parameters defaulting to the reference case.
-* `Superopt.Workload`, `Superopt.workloads`, `Superopt.workloadByName?`: the registry the CLI
-  uses, with `Workload.graphWithCase` applying `--case` overrides.
+* `Superopt.attentionGraph` ... `Superopt.rmsnormMlpGraph`, `Superopt.llama3AttentionGraph`,
+  `Superopt.residualRmsnormGraph`: the graphs, with the sizes as parameters defaulting to the
+  reference case. The registry of names is `Superopt.IR.Registry`.
 
 ## Implementation notes
 
@@ -88,67 +89,44 @@ def rmsnormMlpGraph (m : Nat := 1024) (n : Nat := 1024) (d : Nat := 1024) :
     let g ← matmul y wg "d" "d"
     mul u g
 
-/-- A named workload: its reference case (axes in declaration order) and its graph builder,
-which takes the full case. -/
-structure Workload where
-  /-- The workload's name, e.g. `"attention"`. -/
-  name : String
-  /-- The reference case: every axis with its size, in declaration order. -/
-  referenceCase : List (Axis × Nat)
-  /-- The graph at a full case (every axis of `referenceCase`, any order). -/
-  build : List (Axis × Nat) → Except GraphError Graph
+/-- `-∞` as a binary64 float (the masked-out score of causal attention). -/
+def negInfFloat : Float := -(1.0 / 0.0)
 
-/-- The size of `axis` in `sizes`, or `fallback` when absent. -/
-def caseSize (sizes : List (Axis × Nat)) (axis : Axis) (fallback : Nat) : Nat :=
-  (lookupSize sizes axis).getD fallback
+/-- LLaMA-3-8B prefill attention (GQA, causal), with the `1/√d_h` scale:
+`Q: [b, g, r, t_q, d_h], K: [b, g, t_kv, d_h], V: [b, g, t_kv, d_h] → O: [b, g, r, t_q, d_h]`
+(`g` key/value heads, `r` query heads per key head), 13 nodes: `Q K V`, `S = matmul Q K`,
+`c = const (1/√d_h)`, `T = S · c`, `M = band t_q t_kv (t_q − t_kv) none`, `N = const (−∞)`,
+`X = select M T N`, the softmax over `t_kv` (`exp`, `reduce.sum`, `div`), `O = matmul P V`. -/
+def llama3AttentionGraph (b : Nat := 1) (g : Nat := 8) (r : Nat := 4) (tQ : Nat := 4096)
+    (tKv : Nat := 4096) (dH : Nat := 128) : Except GraphError Graph :=
+  buildGraphWithOutput "llama3_attention"
+      [("b", b), ("g", g), ("r", r), ("t_q", tQ), ("t_kv", tKv), ("d_h", dH)] do
+    let q ← input "Q" ["b", "g", "r", "t_q", "d_h"]
+    let k ← input "K" ["b", "g", "t_kv", "d_h"]
+    let v ← input "V" ["b", "g", "t_kv", "d_h"]
+    let s ← matmul q k "d_h" "d_h"
+    let c ← const (1.0 / Float.sqrt (Float.ofNat dH))
+    let t ← mul s c
+    let m ← band "t_q" "t_kv" (some (Int.ofNat tQ - Int.ofNat tKv)) none
+    let n ← const negInfFloat
+    let x ← select m t n
+    let p ← softmaxSubdag x "t_kv"
+    matmul p v "t_kv" "t_kv"
 
-/-- The five workloads, in the order of Python's `WORKLOADS`. -/
-def workloads : List Workload := [
-  { name := "attention",
-    referenceCase := [("h", 16), ("t_q", 4096), ("t_kv", 4096), ("d_h", 128)],
-    build := fun c => attentionGraph (caseSize c "h" 16) (caseSize c "t_q" 4096)
-      (caseSize c "t_kv" 4096) (caseSize c "d_h" 128) },
-  { name := "swiglu",
-    referenceCase := [("m", 1024), ("n", 2048), ("d", 2048)],
-    build := fun c => swigluGraph (caseSize c "m" 1024) (caseSize c "n" 2048)
-      (caseSize c "d" 2048) },
-  { name := "matmul",
-    referenceCase := [("m", 1024), ("d", 4096), ("n", 4096)],
-    build := fun c => matmulGraph (caseSize c "m" 1024) (caseSize c "d" 4096)
-      (caseSize c "n" 4096) },
-  { name := "rmsnorm",
-    referenceCase := [("m", 1024), ("n", 4096), ("d", 4096)],
-    build := fun c => rmsnormGraph (caseSize c "m" 1024) (caseSize c "n" 4096)
-      (caseSize c "d" 4096) },
-  { name := "rmsnorm_mlp",
-    referenceCase := [("m", 1024), ("n", 1024), ("d", 1024)],
-    build := fun c => rmsnormMlpGraph (caseSize c "m" 1024) (caseSize c "n" 1024)
-      (caseSize c "d" 1024) }
-]
-
-/-- The names of the workloads, in registry order. -/
-def workloadNames : List String := workloads.map (·.name)
-
-/-- The workload called `name`, if any (Python: `get_workload`). -/
-def workloadByName? (name : String) : Option Workload := workloads.find? (·.name == name)
-
-/-- The graph of `w` at its reference case with `overrides` rebinding some axes
-(Python: `Workload.graph`).
-
-Errors (a message for the `case` error kind, as Python's `CaseError` at `--case`): an axis the
-workload lacks, a size of 0; or the graph's own `GraphError`, rendered. -/
-def Workload.graphWithCase (w : Workload) (overrides : List (Axis × Nat)) :
-    Except String Graph := do
-  let known := ", ".intercalate (w.referenceCase.map (·.1))
-  for (axis, size) in overrides do
-    if (lookupSize w.referenceCase axis).isNone then
-      throw s!"workload '{w.name}' has no axis '{axis}'; its axes are {known}"
-    if size < 1 then
-      throw s!"axis '{axis}' must be a positive integer, got {size}"
-  let sizes := w.referenceCase.map fun (axis, size) => (axis, caseSize overrides axis size)
-  match w.build sizes with
-  | .ok g => pure g
-  | .error e => throw (toString e)
+/-- A residual add, then RMSNorm with a learned gain; two outputs, the residual stream `H` and
+the normalised `Z`: `X: [m, d], R: [m, d], gamma: [d] → H: [m, d], Z: [m, d]`, eps `1e-5`,
+13 nodes (`X R gamma`, `H = X + R`, the eight RMSNorm nodes, `Z = Y · gamma`). -/
+def residualRmsnormGraph (m : Nat := 4096) (d : Nat := 4096) : Except GraphError Graph :=
+  buildGraph "residual_rmsnorm" [("m", m), ("d", d)] do
+    let x ← input "X" ["m", "d"]
+    let r ← input "R" ["m", "d"]
+    let gamma ← input "gamma" ["d"]
+    let h ← add x r
+    let y ← rmsNormSubdag h "d" rmsEps
+    let z ← mul y gamma
+    let _ ← output h
+    let _ ← output z
+    pure ()
 
 /-- The number of nodes of a graph builder's result, `0` if it fails (for `#guard`s). -/
 def nodeCount (g : Except GraphError Graph) : Nat :=
@@ -176,8 +154,12 @@ def outputAxesOf (g : Except GraphError Graph) : List Axis :=
 #guard outputAxesOf swigluGraph == ["m", "n"]
 #guard outputAxesOf (matmulGraph 2 3 4) == ["m", "n"]
 #guard outputAxesOf rmsnormMlpGraph == ["m", "n"]
-#guard workloadNames == ["attention", "swiglu", "matmul", "rmsnorm", "rmsnorm_mlp"]
-#guard (workloadByName? "conv").isNone
+#guard nodeCount llama3AttentionGraph == 13
+#guard nodeCount residualRmsnormGraph == 13
+#guard outputAxesOf llama3AttentionGraph == ["b", "g", "r", "t_q", "d_h"]
+#guard (match residualRmsnormGraph with
+  | .ok g => g.outputs == [3, 12]
+  | .error _ => false)
 -- a bad contraction fails at the node that builds it
 #guard
   match buildGraphWithOutput "bad" [("m", 2), ("d", 3)] (do

@@ -1,4 +1,5 @@
 import Superopt.IR.Dag
+import Superopt.Derive.Plan
 import Superopt.Wire.Msgpack
 
 /-!
@@ -14,9 +15,13 @@ path of the field (`graph.nodes[3].axis`).
 * `Superopt.Graph.toMsg`, `Superopt.Graph.ofMsg?`: graph maps (4.1); decoding reruns shape
   inference (`Graph.check`).
 * `Superopt.Derivation` with `toMsg` / `ofMsg?` (4.2).
-* `Superopt.Wire.pingRequest`, `deriveRequest`, `lowerRequest`, `tuneRequest` (4.3).
-* `Superopt.Results` with `toMsg` / `ofMsg?` (4.4), `Superopt.Response.ofMsg?` for any
-  response, error responses (4.5) included.
+* `Superopt.Wire.pingRequest`, `deriveRequest`, `lowerRequest`, `tuneRequest`,
+  `replayRequest` (4.3).
+* `Superopt.Plan.toMsg`: the plan map a `replay` response carries (4.3), so that Lean compares
+  Python's plan with its own byte for byte.
+* `Superopt.Results` with `toMsg` / `ofMsg?` (4.4; `certificate` is the chain of Lean theorem
+  names of the top-1's derivation), `Superopt.Response.ofMsg?` for any response, error
+  responses (4.5) included.
 
 ## Implementation notes
 
@@ -49,7 +54,7 @@ abbrev WireM := Except WireError
 namespace Wire
 
 /-- The protocol version this side speaks. -/
-def version : Nat := 1
+def version : Nat := 2
 
 /-- Exclusive upper bound of sizes, node ids and counts on the wire (`2^31`). -/
 def int31 : Int := 2147483648
@@ -81,6 +86,11 @@ def nat (n : Nat) : MsgValue := .int (Int.ofNat n)
 /-- An optional string, `nil` when absent. -/
 def optStr : Option String → MsgValue
   | some s => .str s
+  | none => .nil
+
+/-- An optional integer, `nil` when absent. -/
+def optInt : Option Int → MsgValue
+  | some i => .int i
   | none => .nil
 
 /-- An optional float, `nil` when absent. -/
@@ -137,6 +147,12 @@ def asOptF64 (v : MsgValue) (path : String) : WireM (Option Float) :=
   | .nil => pure none
   | other => do return some (← asF64 other path)
 
+/-- `nil`, or an `i64`. -/
+def asOptI64 (v : MsgValue) (path : String) : WireM (Option Int) :=
+  match v with
+  | .nil => pure none
+  | other => do return some (← asI64 other path)
+
 /-- `nil`, or a string. -/
 def asOptStr (v : MsgValue) (path : String) : WireM (Option String) :=
   match v with
@@ -179,7 +195,7 @@ def checkKeys (entries : List (String × MsgValue)) (keys : List String) (path :
     if !keys.contains k then
       schemaError (joinPath path k) s!"unexpected key '{k}'; expected exactly {expected}"
 
-/-- Check `v` (the integer 1) at `path.v`: a `version` error otherwise. -/
+/-- Check `v` (the integer `version`, 2) at `path.v`: a `version` error otherwise. -/
 def checkVersion (entries : List (String × MsgValue)) (path : String) : WireM Unit := do
   let where_ := joinPath path "v"
   match MsgValue.lookup entries "v" with
@@ -187,10 +203,10 @@ def checkVersion (entries : List (String × MsgValue)) (path : String) : WireM U
     .error { kind := "version", path := where_,
              message := s!"missing protocol version 'v'; this side speaks v={version}" }
   | some other =>
-    let isOne : Bool := match other with
-      | .int i => i == 1
+    let isOurs : Bool := match other with
+      | .int i => i == Int.ofNat version
       | _ => false
-    if isOne then pure ()
+    if isOurs then pure ()
     else
       .error { kind := "version", path := where_,
                message := s!"unsupported protocol version {other.render} ({typeName other}); " ++
@@ -230,8 +246,11 @@ def Node.toMsg : Node → MsgValue
   | .input name axes =>
     .map [("op", .str "input"), ("name", .str name), ("axes", .arr (axes.map MsgValue.str))]
   | .size axis => .map [("op", .str "size"), ("axis", .str axis)]
-  | .eps value => .map [("op", .str "eps"), ("value", .float value)]
-  | .const value => .map [("op", .str "const"), ("value", .float value)]
+  | .eps bits => .map [("op", .str "eps"), ("value", .float (Float.ofBits bits))]
+  | .const bits => .map [("op", .str "const"), ("value", .float (Float.ofBits bits))]
+  | .band axisA axisB lo hi =>
+    .map [("op", .str "band"), ("axis_a", .str axisA), ("axis_b", .str axisB),
+      ("lo", optInt lo), ("hi", optInt hi)]
   | .unary op x => .map [("op", .str op.name), ("x", nat x)]
   | .binary op x y => .map [("op", .str op.name), ("x", nat x), ("y", nat y)]
   | .reduce fn axis x =>
@@ -239,13 +258,14 @@ def Node.toMsg : Node → MsgValue
   | .matmul a b axisA axisB =>
     .map [("op", .str "matmul"), ("a", nat a), ("b", nat b), ("axis_a", .str axisA),
       ("axis_b", .str axisB)]
+  | .select c x y => .map [("op", .str "select"), ("c", nat c), ("x", nat x), ("y", nat y)]
 
 /-- The graph map of `g` (inferred axes are not on the wire). -/
 def Graph.toMsg (g : Graph) : MsgValue :=
   .map [("v", nat version), ("kind", .str "graph"), ("name", .str g.name),
     ("axes", .arr (g.axes.map fun p => MsgValue.arr [MsgValue.str p.1, nat p.2])),
     ("nodes", .arr (g.nodes.toList.map Node.toMsg)),
-    ("output", nat g.output)]
+    ("outputs", .arr (g.outputs.map nat))]
 
 /-- The canonical bytes of `g`'s graph map. -/
 def Graph.encode (g : Graph) : ByteArray := g.toMsg.encode
@@ -255,6 +275,8 @@ def nodeKeys? (op : String) : Option (List String) :=
   if op == "input" then some ["op", "name", "axes"]
   else if op == "size" then some ["op", "axis"]
   else if op == "eps" || op == "const" then some ["op", "value"]
+  else if op == "band" then some ["op", "axis_a", "axis_b", "lo", "hi"]
+  else if op == "select" then some ["op", "c", "x", "y"]
   else if (UnOp.ofName? op).isSome then some ["op", "x"]
   else if (BinOp.ofName? op).isSome then some ["op", "x", "y"]
   else if op == "reduce" then some ["op", "fn", "axis", "x"]
@@ -263,8 +285,8 @@ def nodeKeys? (op : String) : Option (List String) :=
 
 /-- Every op with a wire form, in the order of Python's `NODE_KEYS`. -/
 def wireOps : List String :=
-  ["input", "size", "eps", "const"] ++ UnOp.all.map UnOp.name ++ BinOp.all.map BinOp.name ++
-    ["reduce", "matmul"]
+  ["input", "size", "eps", "const", "band"] ++ UnOp.all.map UnOp.name ++
+    BinOp.all.map BinOp.name ++ ["reduce", "matmul", "select"]
 
 /-- The id under `key` of node `index` (of `total`): a count naming an earlier node
 (`dangling_node` / `cycle` errors at `path.key` otherwise). -/
@@ -297,9 +319,24 @@ def Node.ofMsg? (v : MsgValue) (path : String) (index total : Nat) : WireM Node 
   else if op == "size" then
     return .size (← asStr (field entries "axis") (joinPath path "axis"))
   else if op == "eps" then
-    return .eps (← asF64 (field entries "value") (joinPath path "value") (allowNaN := false))
+    let vp := joinPath path "value"
+    let v ← asF64 (field entries "value") vp (allowNaN := false)
+    if v.isInf || decide (v < 0) then schemaError vp s!"eps must be finite and >= 0, got {v}"
+    return .eps v.toBits
   else if op == "const" then
-    return .const (← asF64 (field entries "value") (joinPath path "value") (allowNaN := false))
+    let v ← asF64 (field entries "value") (joinPath path "value") (allowNaN := false)
+    return .const v.toBits
+  else if op == "band" then
+    let axisA ← asStr (field entries "axis_a") (joinPath path "axis_a")
+    let axisB ← asStr (field entries "axis_b") (joinPath path "axis_b")
+    let lo ← asOptI64 (field entries "lo") (joinPath path "lo")
+    let hi ← asOptI64 (field entries "hi") (joinPath path "hi")
+    return .band axisA axisB lo hi
+  else if op == "select" then
+    let c ← nodeIdAt entries "c" path index total
+    let x ← nodeIdAt entries "x" path index total
+    let y ← nodeIdAt entries "y" path index total
+    return .select c x y
   else if op == "reduce" then
     let fnName ← asEnum (field entries "fn") (joinPath path "fn") ["sum", "max"] "reduce fn"
     let axis ← asStr (field entries "axis") (joinPath path "axis")
@@ -328,10 +365,12 @@ def GraphError.toWire (e : GraphError) (path : String) : WireError :=
 file).
 
 Errors: `version`, `schema` (missing/extra key, wrong type, out-of-range int, unknown op or
-reduce fn, NaN constant) at the field's path; the graph kinds at `path.nodes[i]` (or
-`path.nodes[i].x` for an id naming no earlier node), `path.axes[i]`, `path.output`. -/
+reduce fn, NaN constant, an `eps` that is not finite and `≥ 0`) at the field's path; the graph
+kinds at `path.nodes[i]` (or `path.nodes[i].x` for an id naming no earlier node),
+`path.axes[i]`, `path.outputs` (`missing_output` for an empty list), `path.outputs[i]`
+(`dangling_node`, or `graph` for an output listed twice). -/
 def Graph.ofMsg? (v : MsgValue) (path : String := "graph") : WireM Graph := do
-  let entries ← versionedMap v "graph" ["v", "kind", "name", "axes", "nodes", "output"] path
+  let entries ← versionedMap v "graph" ["v", "kind", "name", "axes", "nodes", "outputs"] path
   let name ← asStr (field entries "name") (joinPath path "name")
   let axesPath := joinPath path "axes"
   -- `(α := …)`: the item type is known before the `do` block below is elaborated
@@ -347,19 +386,12 @@ def Graph.ofMsg? (v : MsgValue) (path : String := "graph") : WireM Graph := do
   for item in raw do
     let i := nodes.size
     nodes := nodes.push (← Node.ofMsg? item (indexPath nodesPath i) i total)
-  let output? ← asOptCount (field entries "output") (joinPath path "output")
-  let g : Graph := { name := name, axes := axes, nodes := nodes, output := output?.getD 0 }
-  match g.inferAll with
+  let outputsPath := joinPath path "outputs"
+  let outputs ← mapItems (← asArr (field entries "outputs") outputsPath) outputsPath asCount
+  let g : Graph := { name := name, axes := axes, nodes := nodes, outputs := outputs }
+  match g.check with
   | .error e => throw (e.toWire path)
-  | .ok _ => pure ()
-  match output? with
-  | none =>
-    throw ({ kind := "missing_output", message := "the graph has no output",
-             path := joinPath path "output" } : WireError)
-  | some _ =>
-    match g.check with
-    | .error e => throw (e.toWire path)
-    | .ok _ => pure g
+  | .ok _ => pure g
 
 /-- Decode and check a graph from its bytes (a `.graph.msgpack` file). -/
 def Graph.decode? (bytes : ByteArray) : WireM Graph := do
@@ -495,7 +527,7 @@ def Derivation.ofMsg? (v : MsgValue) (path : String := "derivation") : WireM Der
 
 namespace Wire
 
-/-- `{"v": 1, "kind": "ping"}`. -/
+/-- `{"v": 2, "kind": "ping"}`. -/
 def pingRequest : MsgValue := .map [("v", nat version), ("kind", .str "ping")]
 
 /-- A `derive` request: the derivations of `g` up to `maxDepth` steps. -/
@@ -504,11 +536,17 @@ def deriveRequest (g : Graph) (maxDepth : Nat) : MsgValue :=
     ("max_depth", nat maxDepth)]
 
 /-- A `lower` request: the TileLang source of `d` applied to `g` at tile configuration
-`config` (sorted on the wire). -/
-def lowerRequest (g : Graph) (d : Derivation) (config : List (String × ParamValue)) :
-    MsgValue :=
+`config` (sorted on the wire), in `dtype` (`"float16"` or `"bfloat16"`). -/
+def lowerRequest (g : Graph) (d : Derivation) (config : List (String × ParamValue))
+    (dtype : String := "float16") : MsgValue :=
   .map [("v", nat version), ("kind", .str "lower"), ("graph", g.toMsg),
-    ("derivation", d.toMsg), ("config", paramsToMsg config)]
+    ("derivation", d.toMsg), ("config", paramsToMsg config), ("dtype", .str dtype)]
+
+/-- A `replay` request: Python replays each derivation of `ds` on `g` and answers with the
+plan of each (a `plans` response), in order. -/
+def replayRequest (g : Graph) (ds : List Derivation) : MsgValue :=
+  .map [("v", nat version), ("kind", .str "replay"), ("graph", g.toMsg),
+    ("derivations", .arr (ds.map Derivation.toMsg))]
 
 /-- A `tune` request: compile, check and time `ds` on `g` in `dtype` (`"float16"` or
 `"bfloat16"`) within `candidates` candidates and `seconds` seconds, writing artifacts under
@@ -521,6 +559,20 @@ def tuneRequest (g : Graph) (ds : List Derivation) (dtype : String) (candidates 
     ("out_dir", optStr outDir)]
 
 end Wire
+
+/-! ## Plans (the `replay` response) -/
+
+/-- The kernel map: `nodes` and `shared` ascending, `grid` in the kernel's order. -/
+def Kernel.toMsg (k : Kernel) : MsgValue :=
+  .map [("nodes", .arr ((sortNats k.nodes.toList).map nat)),
+    ("grid", .arr (k.grid.toList.map MsgValue.str)), ("stream", optStr k.stream),
+    ("online", .bool k.online), ("shared", .arr ((sortNats k.shared.toList).map nat))]
+
+/-- The plan map `{"v": 2, "kind": "plan", "graph": G, "kernels": [K, ...]}`: the plan's
+(possibly rewritten) graph and its kernels in launch order. -/
+def Plan.toMsg (p : Plan) : MsgValue :=
+  .map [("v", nat version), ("kind", .str "plan"), ("graph", p.graph.toMsg),
+    ("kernels", .arr (p.kernels.toList.map Kernel.toMsg))]
 
 /-! ## Results and other responses (docs/wire.md 4.4, 4.5) -/
 
@@ -579,6 +631,9 @@ structure Results where
   floorUs : Option Float := none
   /-- The id of the fastest correct candidate. -/
   top1 : Option String := none
+  /-- The Lean theorem names justifying the top-1's derivation: the `<rule>_sound` theorem of
+  each step, in step order, then `Superopt.derive_sound`; empty without a top-1. -/
+  certificate : List String := []
   deriving Repr, Inhabited
 
 /-- The candidate map, keys in wire order. -/
@@ -598,7 +653,7 @@ def Results.toMsg (r : Results) : MsgValue :=
   .map [("v", nat version), ("kind", .str "results"), ("workload", .str r.workload),
     ("device", .str r.device), ("candidates", .arr (r.candidates.map Candidate.toMsg)),
     ("peers", .arr (r.peers.map Peer.toMsg)), ("floor_us", optFloat r.floorUs),
-    ("top1", optStr r.top1)]
+    ("top1", optStr r.top1), ("certificate", .arr (r.certificate.map MsgValue.str))]
 
 /-- Decode a candidate map at `path`. -/
 def Candidate.ofMsg? (v : MsgValue) (path : String) : WireM Candidate := do
@@ -633,7 +688,8 @@ def Peer.ofMsg? (v : MsgValue) (path : String) : WireM Peer := do
 /-- Decode a `results` map (Python: `results_from_wire`). -/
 def Results.ofMsg? (v : MsgValue) (path : String := "") : WireM Results := do
   let x ← versionedMap v "results"
-    ["v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1"] path
+    ["v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1", "certificate"]
+    path
   let workload ← asStr (field x "workload") (joinPath path "workload")
   let device ← asStr (field x "device") (joinPath path "device")
   let cp := joinPath path "candidates"
@@ -642,8 +698,10 @@ def Results.ofMsg? (v : MsgValue) (path : String := "") : WireM Results := do
   let peers ← mapItems (← asArr (field x "peers") pp) pp Peer.ofMsg?
   let floorUs ← asOptF64 (field x "floor_us") (joinPath path "floor_us")
   let top1 ← asOptStr (field x "top1") (joinPath path "top1")
+  let certPath := joinPath path "certificate"
+  let certificate ← mapItems (← asArr (field x "certificate") certPath) certPath asStr
   return { workload := workload, device := device, candidates := candidates, peers := peers,
-           floorUs := floorUs, top1 := top1 }
+           floorUs := floorUs, top1 := top1, certificate := certificate }
 
 /-- A decoded response of the backend. -/
 inductive Response where
@@ -655,6 +713,9 @@ inductive Response where
   | lowered (source sourceHash : String)
   /-- `results` of a `tune` request. -/
   | results (r : Results)
+  /-- `plans` of a `replay` request: one plan map per derivation, in order (kept as values, to
+  be compared byte for byte with Lean's own `Plan.toMsg`). -/
+  | plans (ps : List MsgValue)
   /-- An error response: the wire error kind, message and path in the request. -/
   | error (e : WireError)
   deriving Inhabited
@@ -683,6 +744,13 @@ def Response.ofMsg? (v : MsgValue) : WireM Response := do
     return .lowered source (← asStr (field entries "source_hash") "source_hash")
   else if kind == "results" then
     return .results (← Results.ofMsg? v "")
+  else if kind == "plans" then
+    checkKeys entries ["v", "kind", "plans"] ""
+    let items ← asArr (field entries "plans") "plans"
+    let plans ← mapItems (α := MsgValue) items "plans" fun item p => do
+      let _ ← versionedMap item "plan" ["v", "kind", "graph", "kernels"] p
+      pure item
+    return .plans plans
   else if kind == "error" then
     checkKeys entries ["v", "kind", "error"] ""
     let e ← asMap (field entries "error") "error"
@@ -694,7 +762,7 @@ def Response.ofMsg? (v : MsgValue) : WireM Response := do
   else
     .error { kind := "unknown_kind", path := "kind",
              message := s!"unknown response kind '{kind}'; known kinds: derivations, error, " ++
-               "lowered, pong, results" }
+               "lowered, plans, pong, results" }
 
 /-- Decode the bytes of a response. -/
 def Response.decode? (bytes : ByteArray) : WireM Response :=
@@ -704,7 +772,7 @@ def Response.decode? (bytes : ByteArray) : WireM Response :=
 
 /-! ## Examples, checked when the module is built -/
 
-#guard Msgpack.hex Wire.pingRequest.encode == "82a17601a46b696e64a470696e67"
+#guard Msgpack.hex Wire.pingRequest.encode == "82a17602a46b696e64a470696e67"
 #guard (sortByKey [("b", 1), ("a", 2), ("block_m", 3)]).map (·.1) == ["a", "b", "block_m"]
 
 end Superopt
