@@ -8,20 +8,26 @@ lake exe superopt attention [--case k=v,...] [--budget N] [--seconds S] [--out D
                             [--dtype fp16|bf16] [--max-depth D] [--python-derive]
 ```
 
-1. builds the workload's graph in Lean (`Superopt.workloadByName?`, `--case` overrides);
+1. builds the graph in Lean (any name of `Superopt.workloads`, the registry; `--case`
+   overrides);
 2. enumerates its derivations in Lean (`Superopt.Derive.deriveAll`: every distinct completed
-   plan, ids `d0, d1, …`, the same as Python's `derive_all`; docs/derivations.md), or, with
-   `--python-derive`, asks the backend for them (a `derive` request);
-3. sends a `tune` request with those derivations through the FFI bridge
+   plan, ids `d0, d1, …`, the same as Python's `derive_all`, each one passing the step checker;
+   docs/derivations.md), or, with `--python-derive`, asks the backend for them (a `derive`
+   request) and checks each with the step checker (`Superopt.Verify.verify`);
+3. checks what Python will lower: a `replay` request returns the plan Python replays for each
+   derivation, and its canonical bytes must equal those of Lean's own verified plan
+   (`Superopt.Plan.toMsg`); a mismatch is an error naming the derivation;
+4. sends a `tune` request with those derivations through the FFI bridge
    (`Superopt.bridgeCall`); the backend replays each one, drops the plans it cannot lower, and
    times the rest per derivation id;
-4. prints the ranked candidates (id, derivation, status, µs per call, µs per CUDA-graph replay,
-   relative error) and the peers;
-5. writes the response bytes to `DIR/results.msgpack` (default
+5. prints the ranked candidates (id, derivation, status, µs per call, µs per CUDA-graph replay,
+   relative error), the peers, and the certificate of the top-1: the Lean theorems that justify
+   its derivation, one per step, then `Superopt.derive_sound`;
+6. writes the response bytes to `DIR/results.msgpack` (default
    `.superopt/last-results.msgpack`) for `#eval` (see `examples/Eval.lean`).
 
 Exit status: 0 on success; 2 for an unknown workload or a bad option (message on stderr);
-1 when the backend fails.
+1 when the backend fails, a derivation fails the step checker, or a replayed plan differs.
 -/
 
 open Superopt
@@ -51,7 +57,7 @@ structure Options where
 def usage : String :=
   "usage: lake exe superopt WORKLOAD [--case k=v,...] [--budget N] [--seconds S] [--out DIR]\n" ++
   "                                  [--dtype fp16|bf16] [--max-depth D] [--python-derive]\n" ++
-  "workloads: " ++ ", ".intercalate workloadNames ++ "\n" ++
+  "graphs (the registry): " ++ ", ".intercalate workloadNames ++ "\n" ++
   "Derives equivalent programs of WORKLOAD (rewrite rules proved in Lean), lowers them to\n" ++
   "TileLang, compiles, checks and times them on the GPU, and prints the ranked table.\n" ++
   "  --case k=v,...   axis sizes overriding the reference case, e.g. --case m=256,n=512\n" ++
@@ -268,12 +274,57 @@ def derivationsFor (opts : Options) (g : Graph) : IO (List Derivation) := do
   else
     return (Derive.deriveAll g opts.maxDepth).toList
 
-/-- Derive, tune and report `g`; returns the exit status. -/
+/-- Check what Python will lower: Lean verifies every derivation (`Superopt.Verify.verify`),
+asks the backend to replay them (a `replay` request), and compares each returned plan map's
+canonical bytes with those of its own plan.
+
+Errors: a derivation that fails the step checker, a plan that differs (both naming the
+derivation), a backend failure. -/
+def checkReplay (g : Graph) (derivations : List Derivation) : IO Unit := do
+  let mut ours : Array (Derivation × Plan) := #[]
+  for d in derivations do
+    match Verify.verify g d.steps with
+    | some q => ours := ours.push (d, q.1)
+    | none => throw (IO.userError s!"derivation {d.id} does not pass the Lean step checker")
+  if ours.isEmpty then return
+  match ← callBackend (Wire.replayRequest g derivations) with
+  | .plans ps =>
+    if ps.length != ours.size then
+      throw (IO.userError
+        s!"the backend replayed {ps.length} plan(s) for {ours.size} derivation(s)")
+    for (pm, (d, p)) in ps.zip ours.toList do
+      if !Msgpack.bytesEq pm.encode p.toMsg.encode then
+        throw (IO.userError
+          s!"derivation {d.id}: the plan the backend replays differs from Lean's verified plan")
+  | _ => throw (IO.userError "the backend answered replay with something other than plans")
+
+/-- The certificate lines of the top-1 candidate of `r` (empty without one): the theorem names
+justifying its derivation, computed in Lean (`Superopt.Derive.certificate`), and a warning
+line if the backend's `certificate` field says otherwise. -/
+def certificateLines (r : Results) (derivations : List Derivation) : List String :=
+  match r.top1 with
+  | none => []
+  | some t =>
+    match r.candidates.find? (·.id == t) with
+    | none => []
+    | some c =>
+      match derivations.find? (·.id == c.derivation) with
+      | none => []
+      | some d =>
+        let ours := Derive.certificate d
+        let head := s!"certificate of {t} ({d.id}): " ++ " → ".intercalate ours
+        if !r.certificate.isEmpty && r.certificate != ours then
+          [head, "warning: the backend's certificate differs: " ++ ", ".intercalate r.certificate]
+        else [head]
+
+/-- Derive, check, tune and report `g`; returns the exit status. -/
 def runGraph (opts : Options) (g : Graph) : IO UInt32 := do
   let derivations ← derivationsFor opts g
   let source := if opts.pythonDerive then "Python" else "Lean"
   IO.println (s!"{opts.workload}: {g.nodes.size} nodes, {derivations.length} derivation(s) " ++
     s!"enumerated in {source}")
+  checkReplay g derivations
+  IO.println s!"the backend replays all {derivations.length} plan(s) as Lean verified them"
   let req := Wire.tuneRequest g derivations opts.dtype opts.budget (Float.ofNat opts.seconds)
     opts.outDir
   let bytes ← bridgeCall req.encode
@@ -289,6 +340,8 @@ def runGraph (opts : Options) (g : Graph) : IO UInt32 := do
     IO.FS.writeBinFile path bytes
     for line in renderResults r do
       IO.println line
+    for line in certificateLines r derivations do
+      IO.println line
     IO.println s!"results written to {path}"
     return 0
   | _ => throw (IO.userError "the backend answered tune with something other than results")
@@ -299,7 +352,7 @@ def run (opts : Options) : IO UInt32 := do
   let known := ", ".intercalate workloadNames
   match workloadByName? opts.workload with
   | none =>
-    IO.eprintln s!"superopt: unknown workload '{opts.workload}'; known: {known}"
+    IO.eprintln s!"superopt: unknown graph '{opts.workload}'; the registry has: {known}"
     return 2
   | some w =>
     match w.graphWithCase opts.sizes with

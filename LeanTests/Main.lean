@@ -7,9 +7,10 @@ import LeanTests.RulesTest
 Checked against the golden wire vectors `tests/golden/*.msgpack` that the Python side
 produces (`python tests/golden/generate.py`), so that the two halves agree byte for byte:
 
-* **golden bytes**: Lean's encoding of the five workload graphs (and the m=2 d=3 n=4 matmul of
-  docs/wire.md 4.1), of the example derivation and of the `ping`, `derive` and malformed-version
-  requests equals the files' bytes;
+* **golden bytes**: Lean's encoding of the registered graphs (the five workloads,
+  `llama3_attention`, `residual_rmsnorm`, and the m=2 d=3 n=4 matmul of docs/wire.md 4.1), of
+  the example derivation and of the `ping`, `derive` and malformed-version requests equals the
+  files' bytes;
 * **round trips**: every golden file (but the malformed one) decodes, and re-encodes to the same
   bytes; graphs and results go through `Graph.ofMsg?` / `Results.ofMsg?` and back;
 * **responses**: the golden error responses decode to the documented error kind and path;
@@ -20,8 +21,9 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
 * **the enumerator** (`Superopt.Derive`): for each workload, Lean's `deriveAll` encoded as a
   `derivations` response equals `tests/golden/<workload>.derivations.msgpack` byte for byte
   (Python's `derive_all(..., lowerable_only=False)`), every derivation replays (each step
-  checked) to the plan it was derived with, and a few rule sites, the canonical renumbering and
-  the bits of `log2e` are checked.
+  checked) to the plan it was derived with, the step checker (`Superopt.Verify.verify`) accepts
+  every derivation of every registered graph with the same plan, and a few rule sites, the
+  canonical renumbering, the certificates and the bits of `log2e` are checked.
 
 Importing `LeanTests.RulesTest` makes `lake test` also build the kernel and `#eval` checks of
 the law model and the rules (a failing one fails the build of the test driver).
@@ -199,6 +201,24 @@ def checkDerivations (dir : System.FilePath) (name : String) (g : Graph) (count 
           bad := some s!"{d.id} replays to another plan"
       | .error e => bad := some s!"{d.id}: {e}"
   check s!"replay {name}" bad.isNone (bad.getD "")
+  checkVerified name g
+
+/-- The step checker accepts every derivation of `g`, and its verified plan is the plan the
+derivation was enumerated with. -/
+def checkVerified (name : String) (g : Graph) : TestM Unit := do
+  let derived := Derive.deriveAllPlans g
+  let mut bad : Option String := none
+  for (d, plan) in derived do
+    if bad.isNone then
+      match Verify.verify g d.steps with
+      | some q =>
+        if !(q.1.canonical == plan.canonical) then
+          bad := some s!"{d.id}: the verified plan is another plan"
+      | none => bad := some s!"{d.id} fails the step checker"
+  check s!"step checker {name}" bad.isNone (bad.getD "")
+  check s!"deriveAll keeps every derivation {name}"
+    ((Derive.deriveAll g).size == derived.size)
+    s!"{(Derive.deriveAll g).size} of {derived.size}"
 
 /-- The enumerator: golden derivations of the five workloads, and unit checks. -/
 def runDerive (dir : System.FilePath) : TestM Unit := do
@@ -212,6 +232,14 @@ def runDerive (dir : System.FilePath) : TestM Unit := do
       check s!"canonical order {name}"
         (Msgpack.bytesEq (Derive.deadCodeEliminate g).encode g.encode)
       checkDerivations dir name g count
+    | _ => check s!"workload {name}" false
+  -- the new graphs: every derivation passes the step checker (no golden derivations yet)
+  for name in ["llama3_attention", "residual_rmsnorm"] do
+    match (workloadByName? name).map (·.graphWithCase []) with
+    | some (.ok g) =>
+      check s!"canonical order {name}"
+        (Msgpack.bytesEq (Derive.deadCodeEliminate g).encode g.encode)
+      checkVerified name g
     | _ => check s!"workload {name}" false
   match (attentionGraph : Except GraphError Graph) with
   | .ok g =>
@@ -239,10 +267,24 @@ def runDerive (dir : System.FilePath) : TestM Unit := do
     match Derive.expToExp2.apply p [.node 4] with
     | some q =>
       check "exp_to_exp2 constant" (q.graph.nodes.any fun n => match n with
-        | .const v => v.toBits == 0x3FF71547652B82FE
+        | .const b => b == log2eBits
         | _ => false)
       check "exp_to_exp2 leaves the plan unscheduled" q.isUnscheduled
     | none => check "exp_to_exp2 applies" false
+    -- the certificate of a derivation: one theorem per step, then derive_sound
+    match (Derive.deriveAll g).toList.drop 5 with
+    | d :: _ =>
+      let cert := Derive.certificate d
+      check "certificate length" (cert.length == d.steps.length + 1)
+      check "certificate ends with derive_sound" (cert.getLast? == some "Superopt.derive_sound")
+      check "certificate names rule theorems" ((cert.take d.steps.length).zip d.steps |>.all
+        fun pr => pr.1 == s!"Superopt.{pr.2.rule}_sound")
+    | [] => check "attention has derivations" false
+    -- the plan map a replay response carries (docs/wire.md 4.3)
+    match p.toMsg with
+    | .map entries =>
+      check "plan map keys" (entries.map (·.1) == ["v", "kind", "graph", "kernels"])
+    | _ => check "plan map" false
   | .error e => check "attention graph" false (toString e)
 
 /-- Every check. -/
@@ -251,6 +293,7 @@ def runAll (dir : System.FilePath) : TestM Unit := do
   let graphs : List (String × Except GraphError Graph) := [
     ("attention", attentionGraph), ("swiglu", swigluGraph), ("matmul", matmulGraph),
     ("rmsnorm", rmsnormGraph), ("rmsnorm_mlp", rmsnormMlpGraph),
+    ("llama3_attention", llama3AttentionGraph), ("residual_rmsnorm", residualRmsnormGraph),
     ("small_matmul", matmulGraph 2 3 4)]
   for (name, g?) in graphs do
     let built? ← built name g?
@@ -282,12 +325,13 @@ def runAll (dir : System.FilePath) : TestM Unit := do
   if let some g := matmul? then
     checkBytes dir "derive.request.msgpack" (Wire.deriveRequest g 4).encode
   checkBytes dir "bad_version.request.msgpack"
-    (MsgValue.map [("v", .int 2), ("kind", .str "ping")]).encode
+    (MsgValue.map [("v", .int 1), ("kind", .str "ping")]).encode
   checkBytes dir "unknown_kind.request.msgpack"
-    (MsgValue.map [("v", .int 1), ("kind", .str "frobnicate")]).encode
+    (MsgValue.map [("v", .int 2), ("kind", .str "frobnicate")]).encode
   -- every golden file round-trips through the codec
   for name in ["attention.graph.msgpack", "swiglu.graph.msgpack", "matmul.graph.msgpack",
       "rmsnorm.graph.msgpack", "rmsnorm_mlp.graph.msgpack", "small_matmul.graph.msgpack",
+      "llama3_attention.graph.msgpack", "residual_rmsnorm.graph.msgpack",
       "example.derivation.msgpack", "example.results.msgpack", "derive.request.msgpack",
       "ping.request.msgpack", "ping.response.msgpack", "bad_version.request.msgpack",
       "bad_version.response.msgpack", "unknown_kind.request.msgpack",
@@ -339,12 +383,48 @@ def runAll (dir : System.FilePath) : TestM Unit := do
     Dsl.matmul x x "m" "n") == "size_mismatch")
   check "axis table" (errorKindOf [("m", 2), ("m", 3)] (Dsl.input "X" ["m"]) == "size_mismatch")
   check "dangling in DSL" (errorKindOf [("m", 2)] (Dsl.exp 7) == "dangling_node")
-  check "cycle" (checkKindOf { name := "c", axes := [("m", 2)], output := 1,
+  check "cycle" (checkKindOf { name := "c", axes := [("m", 2)], outputs := [1],
     nodes := #[.input "X" ["m"], .unary .exp 1] } == "cycle@nodes[1]")
-  check "dangling" (checkKindOf { name := "d", axes := [("m", 2)], output := 1,
+  check "dangling" (checkKindOf { name := "d", axes := [("m", 2)], outputs := [1],
     nodes := #[.input "X" ["m"], .unary .exp 9] } == "dangling_node@nodes[1]")
-  check "dangling output" (checkKindOf { name := "o", axes := [("m", 2)], output := 3,
-    nodes := #[.input "X" ["m"]] } == "dangling_node@output")
+  check "dangling output" (checkKindOf { name := "o", axes := [("m", 2)], outputs := [3],
+    nodes := #[.input "X" ["m"]] } == "dangling_node@outputs[0]")
+  check "no output" (checkKindOf { name := "o", axes := [("m", 2)], outputs := [],
+    nodes := #[.input "X" ["m"]] } == "missing_output@outputs")
+  check "output twice" (checkKindOf { name := "o", axes := [("m", 2)], outputs := [1, 0, 1],
+    nodes := #[.input "X" ["m"], .unary .exp 0] } == "graph@outputs[2]")
+  check "NaN eps" (checkKindOf { name := "e", axes := [("m", 2)], outputs := [0],
+    nodes := #[.eps 0x7ff8000000000000] } == "graph@nodes[0]")
+  check "negative eps" (checkKindOf { name := "e", axes := [("m", 2)], outputs := [0],
+    nodes := #[.eps (-1.0 : Float).toBits] } == "graph@nodes[0]")
+  check "infinite eps" (checkKindOf { name := "e", axes := [("m", 2)], outputs := [0],
+    nodes := #[.eps negInfFloat.toBits] } == "graph@nodes[0]")
+  check "NaN const" (checkKindOf { name := "c", axes := [("m", 2)], outputs := [0],
+    nodes := #[.const 0x7ff8000000000000] } == "graph@nodes[0]")
+  check "-inf const" (checkKindOf { name := "c", axes := [("m", 2)], outputs := [0],
+    nodes := #[.const negInfFloat.toBits] } == "ok")
+  check "band over one axis" (errorKindOf [("m", 2)] (Dsl.band "m" "m" none none) == "graph")
+  check "band over an undeclared axis"
+    (errorKindOf [("m", 2)] (Dsl.band "m" "n" none none) == "unknown_axis")
+  check "band axes" (outputAxesOf (Dsl.buildGraphWithOutput "b" [("i", 2), ("j", 3)]
+    (Dsl.band "i" "j" (some 0) none)) == ["i", "j"])
+  check "select axes" (outputAxesOf (Dsl.buildGraphWithOutput "s" [("m", 2), ("n", 3), ("k", 4)]
+    (do
+      let c ← Dsl.input "C" ["k", "m"]
+      let x ← Dsl.input "X" ["m"]
+      let y ← Dsl.input "Y" ["n", "m"]
+      Dsl.select c x y)) == ["m", "n", "k"])
+  check "mean is three nodes" (nodeCount (Dsl.buildGraphWithOutput "mean" [("m", 2), ("d", 3)]
+    (do
+      let x ← Dsl.input "X" ["m", "d"]
+      Dsl.mean "d" x)) == 4)
+  check "new unary ops on the wire" (["tanh", "sigmoid", "relu", "log", "gelu", "gelu_tanh"].all
+    fun s => (UnOp.ofName? s).map UnOp.name == some s)
+  check "two outputs" (match residualRmsnormGraph with
+    | .ok g => g.outputs == [3, 12]
+    | .error _ => false)
+  check "band values" (Semantics.bandOk (some 0) none 3 2 && !Semantics.bandOk (some 0) none 2 3 &&
+    Semantics.bandOk (some 0) (some 1) 3 2 && !Semantics.bandOk (some 0) (some 1) 5 2)
   check "broadcast axes" (outputAxesOf (Dsl.buildGraphWithOutput "b" [("m", 2), ("n", 3)] (do
       let x ← Dsl.input "X" ["m"]
       let y ← Dsl.input "Y" ["n", "m"]

@@ -1,7 +1,7 @@
 import Superopt.Proofs.Soundness
 
 /-!
-# Tests of `Superopt.Laws`, `Superopt.Semantics` and `Superopt.Rules`
+# Tests of the laws, the semantics and the rule lemmas
 
 Three kinds of checks, by what checks them:
 
@@ -31,13 +31,18 @@ def boolOps : ScalarOps Bool where
   zero := false
   one := true
   ofNat := fun n => n % 2 == 1
-  ofFloat := fun _ => false
+  ofBits := fun _ => false
   exp := fun _ => true
   exp2 := fun _ => true
-  log2e := true
   sqrt := fun a => a
   rsqrt := fun a => a
   silu := fun a => a
+  tanh := fun a => a
+  sigmoid := fun a => a
+  log := fun a => a
+  gelu := fun a => a
+  geluTanh := fun a => a
+  select := fun c x y => if c then x else y
   max := fun a b => a || b
   negInf := false
 
@@ -63,7 +68,7 @@ instance boolLaws : ScalarLaws Bool where
   div_one := by intro a; cases a <;> rfl
   exp_add := by intro a b; cases a <;> cases b <;> rfl
   exp_ne_zero := by intro a; cases a <;> decide
-  exp2_mul_log2e := by intro a; cases a <;> rfl
+  exp2_mul_log2e := by intro a; rfl
   max_assoc := by intro a b c; cases a <;> cases b <;> cases c <;> rfl
   max_comm := by intro a b; cases a <;> cases b <;> rfl
   max_idem := by intro a; cases a <;> rfl
@@ -98,6 +103,9 @@ example (x w : Nat → Bool) (r : Bool) (ks : List Nat) :
 #check @Superopt.split_kernel_sound
 #check @Superopt.tile_parallel_sound
 #check @Superopt.stream_reduction_sound
+#check @Superopt.derive_sound
+#check @Superopt.PlanSem.planWF_sound
+#check @Superopt.Validate.validRewrite_sound
 
 /-! ## Tiling on concrete sizes -/
 
@@ -131,7 +139,7 @@ def idx0 : Index := fun _ => 0
 /-- `X[m] = m + 1` for `m < 3`: `sum_m X = 6`. -/
 def sumGraph : Graph :=
   { name := "sum", axes := [("m", 3)],
-    nodes := #[.input "X" ["m"], .reduce .sum "m" 0], output := 1 }
+    nodes := #[.input "X" ["m"], .reduce .sum "m" 0], outputs := [1] }
 
 /-- `X[m] = m + 1` (any other input is `0`). -/
 def envX : String → Index → Float := fun name idx =>
@@ -140,7 +148,8 @@ def envX : String → Index → Float := fun name idx =>
 /-- `X[m, d] @_d W[d, n]` with `m = 2`, `d = 3`, `n = 2`. -/
 def matmulGraph : Graph :=
   { name := "matmul", axes := [("m", 2), ("d", 3), ("n", 2)],
-    nodes := #[.input "X" ["m", "d"], .input "W" ["d", "n"], .matmul 0 1 "d" "d"], output := 2 }
+    nodes := #[.input "X" ["m", "d"], .input "W" ["d", "n"], .matmul 0 1 "d" "d"],
+    outputs := [2] }
 
 /-- `X[m, d] = m + d`, `W[d, n] = d · n + 1`. -/
 def envXW : String → Index → Float := fun name idx =>
@@ -157,14 +166,14 @@ def values : List Float := [0.5, -1.0, 2.0, 1.5, -0.75]
 def softmaxGraph : Graph :=
   { name := "softmax", axes := [("k", 5)],
     nodes := #[.input "S" ["k"], .unary .exp 0, .reduce .sum "k" 1, .binary .div 1 2],
-    output := 3 }
+    outputs := [3] }
 
 /-- The stabilised softmax: `exp(S - max_k S) / sum_k exp(S - max_k S)`. -/
 def stableSoftmaxGraph : Graph :=
   { name := "softmax_stable", axes := [("k", 5)],
     nodes := #[.input "S" ["k"], .reduce .max "k" 0, .binary .sub 0 1, .unary .exp 2,
       .reduce .sum "k" 3, .binary .div 3 4],
-    output := 5 }
+    outputs := [5] }
 
 /-- `S[k]` from `scores`. -/
 def envS : String → Index → Float := fun _ idx => scores.getD (idx "k") 0.0

@@ -1,4 +1,5 @@
 import Superopt.Derive.Rules
+import Superopt.Proofs.Derivation
 
 /-!
 # The derivation enumerator
@@ -12,7 +13,13 @@ tiled): the same derivations, with the same ids and steps, as Python's
 ## Main definitions
 
 * `Superopt.Derive.explore`, `Superopt.Derive.complete`, `Superopt.Derive.deriveAllPlans`,
-  `Superopt.Derive.deriveAll`, `Superopt.Derive.replay`.
+  `Superopt.Derive.deriveAllVerified`, `Superopt.Derive.deriveAll`, `Superopt.Derive.replay`.
+* `Superopt.Derive.certificate`: the theorem names that justify a derivation.
+
+`deriveAll` keeps the derivations whose steps pass the step checker
+(`Superopt.Verify.verify`); `Superopt.derive_sound` is the theorem about them. `lake test`
+checks that the checker keeps every derivation (the golden derivation bytes would differ
+otherwise).
 * `Superopt.Derive.derivationsResponse`: the wire `derivations` response (docs/wire.md 4.4).
 
 ## Implementation notes
@@ -94,11 +101,24 @@ def deriveAllPlans (g : Graph) (maxDepth : Nat := defaultMaxDepth)
     out := out.push (d, completed)
   return out
 
-/-- The derivations of `g`: ids `d0, d1, …` over the distinct completed plans in discovery
-order, lowerable or not (the Python backend drops those it cannot lower). -/
+/-- The derivations of `g` that pass the step checker: ids `d0, d1, …` over the distinct
+completed plans in discovery order, lowerable or not (the Python backend drops those it cannot
+lower), each one verified (`Superopt.Verify.verify`). -/
+def deriveAllVerified (g : Graph) (maxDepth : Nat := defaultMaxDepth)
+    (maxPlans : Nat := defaultMaxPlans) : List Derivation :=
+  Verify.keepVerified g ((deriveAllPlans g maxDepth maxPlans).toList.map (·.1))
+
+/-- The derivations of `g` (`deriveAllVerified` as an array). -/
 def deriveAll (g : Graph) (maxDepth : Nat := defaultMaxDepth)
     (maxPlans : Nat := defaultMaxPlans) : Array Derivation :=
-  (deriveAllPlans g maxDepth maxPlans).map (·.1)
+  (deriveAllVerified g maxDepth maxPlans).toArray
+
+/-- The chain of Lean theorems that justifies derivation `d`: the `<rule>_sound` theorem of each
+step, in step order, then `Superopt.derive_sound` (the wire's `certificate`). -/
+def certificate (d : Derivation) : List String :=
+  d.steps.map (fun s => match ruleById? s.rule with
+    | some r => r.theoremName
+    | none => s!"Superopt.{s.rule}_sound") ++ ["Superopt.derive_sound"]
 
 /-- Apply `steps` to `g`'s initial plan, checking each (Python: `replay`).
 
@@ -124,5 +144,6 @@ def derivationsResponse (ds : List Derivation) : MsgValue :=
 /-! ## Examples, checked when the module is built -/
 
 #guard log2e.toBits == 0x3FF71547652B82FE
+#guard log2e.toBits == log2eBits
 
 end Superopt.Derive

@@ -218,13 +218,14 @@ section Split
 variable {α : Type} [ScalarLaws α]
 
 /-- **`split_kernel`** (read-back). If the second kernel's graph `g'` reads node `x` of `g`
-through an input `name` whose buffer holds `x`'s values (`env' name = denote g env x`),
-reading the buffer gives the same values as recomputing `x` inline. -/
+through an input `name` whose buffer holds `x`'s values along the input's axes
+(`env' name (ix.restrict axes) = denote g env x ix`), reading the buffer gives the same values
+as recomputing `x` inline. -/
 theorem materialize_read {g g' : Graph} {env env' : String → Index → α} {x buf : NodeId}
     {name : String} {axes : List Axis} (hbuf : g'.nodes[buf]? = some (.input name axes))
-    (henv : env' name = denote g env x) (idx : Index) :
+    (henv : ∀ ix, env' name (Index.restrict axes ix) = denote g env x ix) (idx : Index) :
     denote g' env' buf idx = denote g env x idx := by
-  rw [denote_input hbuf idx, henv]
+  rw [denote_input hbuf idx, henv idx]
 
 /-- **`split_kernel`** (consumer). A unary consumer of `x` in `g` and the same consumer of the
 materialised buffer in `g'` denote the same values. -/
@@ -233,7 +234,7 @@ theorem split_kernel {g g' : Graph} {env env' : String → Index → α} {x j j'
     (hj : g.nodes[j]? = some (.unary op x)) (hxj : x < j)
     (hj' : g'.nodes[j']? = some (.unary op buf)) (hbj : buf < j')
     (hbuf : g'.nodes[buf]? = some (.input name axes))
-    (henv : env' name = denote g env x) (idx : Index) :
+    (henv : ∀ ix, env' name (Index.restrict axes ix) = denote g env x ix) (idx : Index) :
     denote g' env' j' idx = denote g env j idx := by
   rw [denote_unary hj' hbj idx, materialize_read hbuf henv idx, denote_unary hj hxj idx]
 
@@ -246,20 +247,22 @@ section Exp2
 variable {α : Type} [ScalarLaws α]
 
 /-- **`exp_to_exp2`.** `eˣ = 2^(x · log₂ e)` (the hardware has `exp2`, not `exp`). -/
-theorem exp_to_exp2 (x : α) : ScalarOps.exp x = ScalarOps.exp2 (x * ScalarOps.log2e) :=
+theorem exp_to_exp2 (x : α) :
+    ScalarOps.exp x = ScalarOps.exp2 (x * ScalarOps.ofBits log2eBits) :=
   (ScalarLaws.exp2_mul_log2e x).symm
 
 /-- **`exp_to_exp2`** inside softmax: `e^(s - m) = 2^(s log₂ e - m log₂ e)`, so the scale
 `log₂ e` folds into the score tile and into the running max. -/
 theorem exp_sub_to_exp2 (s m : α) :
     ScalarOps.exp (s - m) =
-      ScalarOps.exp2 (s * ScalarOps.log2e - m * ScalarOps.log2e) := by
-  rw [← ScalarLaws.sub_mul s m ScalarOps.log2e, ScalarLaws.exp2_mul_log2e (s - m)]
+      ScalarOps.exp2 (s * ScalarOps.ofBits log2eBits - m * ScalarOps.ofBits log2eBits) := by
+  rw [← ScalarLaws.sub_mul s m (ScalarOps.ofBits log2eBits), ScalarLaws.exp2_mul_log2e (s - m)]
 
 /-- **`exp_to_exp2`** on a graph: an `exp` node denotes `exp2` of its argument times `log₂ e`. -/
 theorem denote_exp_to_exp2 {g : Graph} {env : String → Index → α} {i x : NodeId}
     (h : g.nodes[i]? = some (.unary .exp x)) (hx : x < i) (idx : Index) :
-    denote g env i idx = ScalarOps.exp2 (denote g env x idx * ScalarOps.log2e) := by
+    denote g env i idx =
+      ScalarOps.exp2 (denote g env x idx * ScalarOps.ofBits log2eBits) := by
   rw [denote_unary h hx idx]
   exact exp_to_exp2 (denote g env x idx)
 
@@ -284,9 +287,10 @@ theorem stabilize_softmax (f : β → α) (xs : List β) (a m : α) :
 `eᵃ / Σⱼ e^(f j) = 2^(a log₂ e - m log₂ e) / Σⱼ 2^(f j log₂ e - m log₂ e)` for any `m`. -/
 theorem softmax_exp2 (f : β → α) (xs : List β) (a m : α) :
     ScalarOps.exp a / sumList (xs.map (fun j => ScalarOps.exp (f j))) =
-      ScalarOps.exp2 (a * ScalarOps.log2e - m * ScalarOps.log2e) /
+      ScalarOps.exp2 (a * ScalarOps.ofBits log2eBits - m * ScalarOps.ofBits log2eBits) /
         sumList (xs.map (fun j =>
-          ScalarOps.exp2 (f j * ScalarOps.log2e - m * ScalarOps.log2e))) := by
+          ScalarOps.exp2
+            (f j * ScalarOps.ofBits log2eBits - m * ScalarOps.ofBits log2eBits))) := by
   rw [← stabilize_softmax f xs a m]
   simp only [exp_sub_to_exp2]
 
