@@ -699,7 +699,7 @@ structure Rule where
   algebraic : Bool
   /-- For an algebraic rule, the rewritten graph with its witness (`applyFn` is the initial
   plan of that graph); `none` for schedule rules. -/
-  rewrite : Plan → Site → Option (Graph × RewriteWitness) := fun _ _ => none
+  rewriteW : Plan → Site → Option (Graph × RewriteWitness) := fun _ _ => none
 
 /-- Apply `r` at `site` if `site` is one of `r.sites p` (Python: `Rule.apply`). -/
 def Rule.apply (r : Rule) (p : Plan) (site : Site) : Option Plan :=
@@ -709,17 +709,17 @@ def Rule.apply (r : Rule) (p : Plan) (site : Site) : Option Plan :=
 def stabilizeSoftmax : Rule :=
   { id := "stabilize_softmax", theoremName := "Superopt.stabilize_softmax_sound",
     sites := stabilizeSites, applyFn := stabilizeApply, algebraic := true,
-    rewrite := stabilizeRewrite }
+    rewriteW := stabilizeRewrite }
 
 /-- `factor_row_scale`. -/
 def factorRowScale : Rule :=
   { id := "factor_row_scale", theoremName := "Superopt.factor_row_scale_sound",
-    sites := factorSites, applyFn := factorApply, algebraic := true, rewrite := factorRewrite }
+    sites := factorSites, applyFn := factorApply, algebraic := true, rewriteW := factorRewrite }
 
 /-- `exp_to_exp2`. -/
 def expToExp2 : Rule :=
   { id := "exp_to_exp2", theoremName := "Superopt.exp_to_exp2_sound",
-    sites := exp2Sites, applyFn := exp2Apply, algebraic := true, rewrite := exp2Rewrite }
+    sites := exp2Sites, applyFn := exp2Apply, algebraic := true, rewriteW := exp2Rewrite }
 
 /-- `online_softmax`. -/
 def onlineSoftmax : Rule :=

@@ -54,7 +54,7 @@ def checkStep (g : Graph) (p : SameAs g) (s : Step) : Option (SameAs g) :=
   | some r =>
     if (r.sites p.1).contains s.site then
       if r.algebraic then
-        match r.rewrite p.1 s.site with
+        match r.rewriteW p.1 s.site with
         | some (g', w) =>
           if h : validRewrite p.1.graph g' w w.target = true then
             some ⟨initialPlan g', fun env => (validRewrite_sound h env).trans (p.2 env)⟩

@@ -57,30 +57,30 @@ theorem index_restrict_set {axes : List Axis} {a : Axis} (h : axes.contains a = 
     · simp only [if_pos hc, index_set_ne hca]
   · simp only [if_neg hc]
 
-/-- Whether node `i` (`node`) does not depend on axis `a`, given `rec j` for its arguments:
+/-- Whether node `i` (`node`) does not depend on axis `a`, given `recur j` for its arguments:
 an input lacking `a`, a scalar, a band over other axes, an elementwise node of independent
 arguments, a reduction over `a` or of an independent argument, a contraction whose operands are
 each contracted over `a` or independent. An argument not smaller than `i` denotes `0`. -/
-def indepNode (a : Axis) (i : NodeId) (rec : NodeId → Bool) : Node → Bool
+def indepNode (a : Axis) (i : NodeId) (recur : NodeId → Bool) : Node → Bool
   | .input _ axes => !axes.contains a
   | .size _ => true
   | .eps _ => true
   | .const _ => true
   | .band x y _ _ => !decide (x = a) && !decide (y = a)
-  | .unary _ x => !decide (x < i) || rec x
-  | .binary _ x y => (!decide (x < i) || rec x) && (!decide (y < i) || rec y)
+  | .unary _ x => !decide (x < i) || recur x
+  | .binary _ x y => (!decide (x < i) || recur x) && (!decide (y < i) || recur y)
   | .select c x y =>
-    (!decide (c < i) || rec c) && (!decide (x < i) || rec x) && (!decide (y < i) || rec y)
-  | .reduce _ b x => decide (b = a) || (!decide (x < i) || rec x)
+    (!decide (c < i) || recur c) && (!decide (x < i) || recur x) && (!decide (y < i) || recur y)
+  | .reduce _ b x => decide (b = a) || (!decide (x < i) || recur x)
   | .matmul x y bx byy =>
-    (decide (bx = a) || (!decide (x < i) || rec x)) &&
-      (decide (byy = a) || (!decide (y < i) || rec y))
+    (decide (bx = a) || (!decide (x < i) || recur x)) &&
+      (decide (byy = a) || (!decide (y < i) || recur y))
 
 /-- `indepNode` at node `i` of `g` (`true` if `i` names no node). -/
-def indepStep (g : Graph) (a : Axis) (i : NodeId) (rec : NodeId → Bool) : Bool :=
+def indepStep (g : Graph) (a : Axis) (i : NodeId) (recur : NodeId → Bool) : Bool :=
   match g.nodes[i]? with
   | none => true
-  | some node => indepNode a i rec node
+  | some node => indepNode a i recur node
 
 /-- `indepNode` with fuel over the graph's nodes. -/
 def indepAux (g : Graph) (a : Axis) : Nat → NodeId → Bool

@@ -285,12 +285,12 @@ def anyHas : List Kernel → NodeId → Bool
   | [], _ => false
   | K :: ks, j => K.has j || anyHas ks j
 
-/-- Whether node `j` is in memory once the kernels `done` ran: a leaf or computed by one. -/
-def doneB (g : Graph) (done : List Kernel) (j : NodeId) : Bool := leafB g j || anyHas done j
+/-- Whether node `j` is in memory once the kernels `ran` ran: a leaf or computed by one. -/
+def doneB (g : Graph) (ran : List Kernel) (j : NodeId) : Bool := leafB g j || anyHas ran j
 
 /-- Whether kernel `K` may read node `j`: it computes `j`, or `j` is in memory. -/
-def readOk (g : Graph) (done : List Kernel) (K : Kernel) (j : NodeId) : Bool :=
-  K.has j || doneB g done j
+def readOk (g : Graph) (ran : List Kernel) (K : Kernel) (j : NodeId) : Bool :=
+  K.has j || doneB g ran j
 
 /-- The nodes beyond its arguments that `K` reads to compute `node` (node `i`): the scores of
 an online numerator. -/
@@ -310,24 +310,24 @@ def onlineReads (g : Graph) (K : Kernel) (i : NodeId) : Node → List NodeId
   | _ => []
 
 /-- Whether everything node `i` reads in kernel `K` is computed by `K` or in memory. -/
-def nodeReadsOk (g : Graph) (done : List Kernel) (K : Kernel) (i : NodeId) : Bool :=
+def nodeReadsOk (g : Graph) (ran : List Kernel) (K : Kernel) (i : NodeId) : Bool :=
   match g.nodes[i]? with
-  | some node => allB (readOk g done K) node.args && allB (readOk g done K) (onlineReads g K i node)
+  | some node => allB (readOk g ran K) node.args && allB (readOk g ran K) (onlineReads g K i node)
   | none => true
 
-/-- The check of kernel `K` run after the kernels `done`. -/
-def kernelOk (g : Graph) (done : List Kernel) (K : Kernel) : Bool :=
-  allB (nodeReadsOk g done K) K.nodes.toList
+/-- The check of kernel `K` run after the kernels `ran`. -/
+def kernelOk (g : Graph) (ran : List Kernel) (K : Kernel) : Bool :=
+  allB (nodeReadsOk g ran K) K.nodes.toList
 
-/-- The check of the kernels `ks` run after the kernels `done`, in launch order. -/
+/-- The check of the kernels `ks` run after the kernels `ran`, in launch order. -/
 def kernelsOk (g : Graph) : List Kernel → List Kernel → Bool
   | _, [] => true
-  | done, K :: ks => kernelOk g done K && kernelsOk g (K :: done) ks
+  | ran, K :: ks => kernelOk g ran K && kernelsOk g (K :: ran) ks
 
-/-- The kernels that ran once `ks` ran after `done` (most recent first). -/
+/-- The kernels that ran once `ks` ran after `ran` (most recent first). -/
 def finalDone : List Kernel → List Kernel → List Kernel
-  | done, [] => done
-  | done, K :: ks => finalDone (K :: done) ks
+  | ran, [] => ran
+  | ran, K :: ks => finalDone (K :: ran) ks
 
 /-- **The plan check**: every kernel reads only what it computes or what is in memory (leaves,
 earlier kernels), and every output is computed. -/
@@ -548,12 +548,12 @@ theorem kernelNode_eq {g : Graph} {T : Axis → Nat} {K : Kernel} {env : String 
   | binary op x y => exact evalNode_congr g env _ hcongr idx
   | select c x y => exact evalNode_congr g env _ hcongr idx
 
-/-- **One kernel.** Over a memory that holds every node of `done` and every leaf at its
+/-- **One kernel.** Over a memory that holds every node of `ran` and every leaf at its
 denotation, a kernel that passes `kernelOk` computes each of its nodes' denotation. -/
 theorem kernelVal_eq {g : Graph} {T : Axis → Nat} {K : Kernel} {env : String → Index → α}
-    {done : List Kernel} {mem : Mem α}
-    (hmem : ∀ j, doneB g done j = true → ∀ ix, mem j ix = denote g env j ix)
-    (hK : kernelOk g done K = true) :
+    {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
     ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
       kernelVal g T K env mem fuel i idx = denote g env i idx := by
   intro fuel
@@ -561,9 +561,9 @@ theorem kernelVal_eq {g : Graph} {T : Axis → Nat} {K : Kernel} {env : String �
   | zero => intro i idx hi _; exact absurd hi (Nat.not_lt_zero i)
   | succ fuel ih =>
     intro i idx hi hKi
-    have hK' : allB (nodeReadsOk g done K) K.nodes.toList = true := hK
+    have hK' : allB (nodeReadsOk g ran K) K.nodes.toList = true := hK
     have hKi' : memB i K.nodes.toList = true := hKi
-    have hr : nodeReadsOk g done K i = true := allB_memB hK' hKi'
+    have hr : nodeReadsOk g ran K i = true := allB_memB hK' hKi'
     cases hn : g.nodes[i]? with
     | none =>
       have e1 : kernelVal g T K env mem (fuel + 1) i idx = ScalarOps.zero := by
@@ -572,15 +572,15 @@ theorem kernelVal_eq {g : Graph} {T : Axis → Nat} {K : Kernel} {env : String �
       rw [e1, denote_eq_step]
       simp only [step, hn]
     | some node =>
-      have hr' : (allB (readOk g done K) node.args &&
-          allB (readOk g done K) (onlineReads g K i node)) = true := by
+      have hr' : (allB (readOk g ran K) node.args &&
+          allB (readOk g ran K) (onlineReads g K i node)) = true := by
         simp only [nodeReadsOk, hn] at hr
         exact hr
-      have hgood : ∀ j, readOk g done K j = true → ∀ ix,
+      have hgood : ∀ j, readOk g ran K j = true → ∀ ix,
           (if j < i then (if K.has j then kernelVal g T K env mem fuel j ix else mem j ix)
             else ScalarOps.zero) = guardD g env i j ix := by
         intro j hj ix
-        have hj' : (K.has j || doneB g done j) = true := hj
+        have hj' : (K.has j || doneB g ran j) = true := hj
         show _ = (if j < i then denote g env j ix else ScalarOps.zero)
         by_cases hji : j < i
         · rw [if_pos hji, if_pos hji]
@@ -601,12 +601,12 @@ theorem kernelVal_eq {g : Graph} {T : Axis → Nat} {K : Kernel} {env : String �
       rw [e1, kernelNode_eq hgood node (band_elim hr').1 (band_elim hr').2 idx, denote_some hn]
 
 /-- **One kernel, written.** The memory after a kernel that passes `kernelOk` holds every node
-of it and of `done`, and every leaf, at its denotation. -/
+of it and of `ran`, and every leaf, at its denotation. -/
 theorem runKernel_ok {g : Graph} {T : Axis → Nat} {env : String → Index → α}
-    {done : List Kernel} {mem : Mem α} {K : Kernel}
-    (hmem : ∀ j, doneB g done j = true → ∀ ix, mem j ix = denote g env j ix)
-    (hK : kernelOk g done K = true) :
-    ∀ j, doneB g (K :: done) j = true → ∀ ix, runKernel g T env mem K j ix = denote g env j ix := by
+    {ran : List Kernel} {mem : Mem α} {K : Kernel}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
+    ∀ j, doneB g (K :: ran) j = true → ∀ ix, runKernel g T env mem K j ix = denote g env j ix := by
   intro j hj ix
   show (if K.has j then kernelVal g T K env mem (j + 1) j (gridIndex K T ix) else mem j ix) =
     denote g env j ix
@@ -615,8 +615,8 @@ theorem runKernel_ok {g : Graph} {T : Axis → Nat} {env : String → Index → 
     exact kernelVal_eq hmem hK (j + 1) j ix (Nat.lt_succ_self j) hkj
   · rw [if_neg hkj]
     apply hmem j
-    have hj' : (leafB g j || (K.has j || anyHas done j)) = true := hj
-    show (leafB g j || anyHas done j) = true
+    have hj' : (leafB g j || (K.has j || anyHas ran j)) = true := hj
+    show (leafB g j || anyHas ran j) = true
     cases bor_elim hj' with
     | inl hl => exact bor_intro_left hl
     | inr h2 =>
@@ -626,15 +626,15 @@ theorem runKernel_ok {g : Graph} {T : Axis → Nat} {env : String → Index → 
 
 /-- **The kernels, in launch order.** -/
 theorem runKernels_ok {g : Graph} {T : Axis → Nat} {env : String → Index → α} :
-    ∀ (ks done : List Kernel) (mem : Mem α),
-      (∀ j, doneB g done j = true → ∀ ix, mem j ix = denote g env j ix) →
-      kernelsOk g done ks = true →
-      ∀ j, doneB g (finalDone done ks) j = true → ∀ ix,
+    ∀ (ks ran : List Kernel) (mem : Mem α),
+      (∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix) →
+      kernelsOk g ran ks = true →
+      ∀ j, doneB g (finalDone ran ks) j = true → ∀ ix,
         runKernels g T env mem ks j ix = denote g env j ix
   | [], _, _, hmem, _ => hmem
-  | K :: ks, done, mem, hmem, hks => by
-    have hks' : (kernelOk g done K && kernelsOk g (K :: done) ks) = true := hks
-    exact runKernels_ok ks (K :: done) (runKernel g T env mem K)
+  | K :: ks, ran, mem, hmem, hks => by
+    have hks' : (kernelOk g ran K && kernelsOk g (K :: ran) ks) = true := hks
+    exact runKernels_ok ks (K :: ran) (runKernel g T env mem K)
       (runKernel_ok hmem (band_elim hks').1) (band_elim hks').2
 
 /-- The memory before any kernel holds every leaf at its denotation. -/

@@ -94,9 +94,9 @@ theorem share_operand_load_sound (f g : β → α) (ks : List β) :
 everything else from memory — computes every one of its nodes' denotation, whichever
 elementwise producers it computes on its loaded tiles. -/
 theorem fuse_prologue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
-    {env : String → Index → α} {done : List Kernel} {mem : Mem α}
-    (hmem : ∀ j, doneB g done j = true → ∀ ix, mem j ix = denote g env j ix)
-    (hK : kernelOk g done K = true) :
+    {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
     ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
       kernelVal g T K env mem fuel i idx = denote g env i idx :=
   kernelVal_eq hmem hK
@@ -104,9 +104,9 @@ theorem fuse_prologue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
 /-- **`fuse_epilogue`.** The same theorem read for consumers: an elementwise node computed in
 its producers' kernel, on their accumulators after the streamed loop, has its denotation. -/
 theorem fuse_epilogue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
-    {env : String → Index → α} {done : List Kernel} {mem : Mem α}
-    (hmem : ∀ j, doneB g done j = true → ∀ ix, mem j ix = denote g env j ix)
-    (hK : kernelOk g done K = true) :
+    {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
     ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
       kernelVal g T K env mem fuel i idx = denote g env i idx :=
   kernelVal_eq hmem hK
@@ -116,12 +116,12 @@ after kernels that pass `kernelsOk`, memory holds every node they computed (and 
 its denotation, so a node materialised by one kernel and read back by the next is what
 computing it inline gives. -/
 theorem split_kernel_sound {g : Graph} {T : Axis → Nat} {env : String → Index → α}
-    (ks done : List Kernel) (mem : Mem α)
-    (hmem : ∀ j, doneB g done j = true → ∀ ix, mem j ix = denote g env j ix)
-    (hks : kernelsOk g done ks = true) :
-    ∀ j, doneB g (finalDone done ks) j = true → ∀ ix,
+    (ks ran : List Kernel) (mem : Mem α)
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hks : kernelsOk g ran ks = true) :
+    ∀ j, doneB g (finalDone ran ks) j = true → ∀ ix,
       runKernels g T env mem ks j ix = denote g env j ix :=
-  runKernels_ok ks done mem hmem hks
+  runKernels_ok ks ran mem hmem hks
 
 /-- **`tile_parallel`.** Tiling a parallel axis of size `n` by `T` (a grid of `⌈n / T⌉` blocks,
 the last one masked) computes every element once, in order, and the block `idx[a] / T[a]` at

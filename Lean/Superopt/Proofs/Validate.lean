@@ -47,8 +47,8 @@ def lookupO : List (Option NodeId) → Nat → Option NodeId
 /-- Past the end, `lookupO` is `none`. -/
 theorem lookupO_none : ∀ (l : List (Option NodeId)) (k : Nat), l.length ≤ k → lookupO l k = none
   | [], _, _ => rfl
-  | _ :: _, 0, h => absurd h (by simp only [List.length_cons]; omega)
-  | _ :: xs, k + 1, h => lookupO_none xs k (by simp only [List.length_cons] at h; omega)
+  | _ :: _, 0, h => absurd h (Nat.not_succ_le_zero _)
+  | _ :: xs, k + 1, h => lookupO_none xs k (Nat.le_of_succ_le_succ h)
 
 /-- The position (from `k`) of the first `some a` in `l`. -/
 def indexOfSome : List (Option NodeId) → NodeId → Nat → Option Nat
