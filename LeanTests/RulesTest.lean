@@ -11,8 +11,9 @@ Three kinds of checks, by what checks them:
 * **Concrete lists** (kernel, `rfl`/`decide`): the tiling statements on small sizes, including
   sizes that are not multiples of the tile.
 * **Float evaluation** (`#eval`, the compiled code): `denote` on small graphs against values
-  computed by hand, and the rewritten programs (stabilised softmax, online softmax, streamed
-  sums) against the literal ones. A failing check throws, which fails the build.
+  computed by hand, the rewritten programs (stabilised softmax, online softmax, streamed
+  sums) against the literal ones, and `planDenote` of every plan of a small attention against
+  `denote`. A failing check throws, which fails the build.
 -/
 
 namespace Superopt.RulesTest
@@ -201,5 +202,28 @@ def envS : String → Index → Float := fun _ idx => scores.getD (idx "k") 0.0
   let f := fun j => scores.getD j 0.0
   close (streamSum ((List.range 2).map (tileOf f 2) ++ [[f 4]]))
     (sumList ((List.range 5).map f))
+
+/-! ## Plans on `Float`: `planDenote` agrees with `denote` -/
+
+/-- `Q`, `K`, `V` of the small attention below. -/
+def envQKV : String → Index → Float := fun name idx =>
+  let a := Float.ofNat (idx "t_q" + 2 * idx "t_kv" + 3 * idx "d_h" + 1)
+  if name = "Q" then 0.1 * a else if name = "K" then 0.2 * a - 0.3 else 0.05 * a
+
+/-- Every derivation of attention at h=1 t_q=2 t_kv=5 d_h=2 (stabilised, factored, base 2,
+online, fused, split ...), its plan run by `planDenote` with tiles of 2 (so edge tiles of 1),
+gives the graph's output on `Float`, at every output index. -/
+def attentionPlansAgree : Bool :=
+  match attentionGraph 1 2 5 2 with
+  | .error _ => false
+  | .ok g =>
+    let idxs : List Index := [(0, 0), (0, 1), (1, 0), (1, 1)].map fun (q, d) =>
+      fun a => if a = "t_q" then q else if a = "d_h" then d else 0
+    (Derive.deriveAllPlans g).toList.all fun (_, plan) =>
+      match PlanSem.planDenote (fun _ => 2) plan envQKV, denoteOutputs g envQKV with
+      | [o'], [o] => idxs.all fun ix => close (o' ix) (o ix)
+      | _, _ => false
+
+#eval check "planDenote of every attention plan = denote (Float, tiles of 2)" attentionPlansAgree
 
 end Superopt.RulesTest

@@ -232,12 +232,8 @@ def factorIds? (g g' : Graph) (j i : NodeId) (side : Bool) (f : RowForm) : Optio
       let other := if side then a else b
       match g.nodes[y]? with
       | some (.binary _ u w) =>
-        let x := match f with
-          | .sx => w
-          | _ => u
-        let s := match f with
-          | .sx => u
-          | _ => w
+        let x : NodeId := (match f with | .sx => w | _ => u)
+        let s : NodeId := (match f with | .sx => u | _ => w)
         some ⟨axA, axB, y, other, x, s, mm, a', b', s'⟩
       | _ => none
     | _ => none
