@@ -23,6 +23,9 @@ Example::
     >>> from superopt import wire
     >>> wire.decode(handle(wire.encode({"v": 1, "kind": "ping"})))["kind"]
     'pong'
+
+Owns: the request dispatch of the C/Lean bridge. A face: it imports the backends lazily
+(so that ``ping`` works without them) and never raises.
 """
 
 from __future__ import annotations

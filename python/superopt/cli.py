@@ -9,6 +9,9 @@ Exit status: 0 success (also when the reader of stdout goes away early, e.g. ``|
 2 bad usage or input (one line on stderr naming the problem); 3 timing asked for on a machine
 without CUDA; 1 a failure that is not the input's fault (one line for typed errors and out of
 memory; a traceback for a bug); 130 interrupted. ``docs/errors.md`` lists them all.
+
+Owns: argument parsing, exit statuses and what is printed. Calls the search, the report
+and the derivation faces; computes nothing itself.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from .dtypes import DTYPES, STORAGE_DTYPES
 from .errors import CaseError, NoCudaError, OutOfMemoryError, SuperoptError, from_exception
 from .ir.workloads import WORKLOADS, get_workload, parse_case
 
@@ -84,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the main job: derive, lower, compile, check, time, rank")
     r.add_argument("workload", help=f"one of {', '.join(WORKLOADS)}")
     r.add_argument("--case", help="sizes, e.g. m=256,n=512 (default: the reference case)")
-    r.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    r.add_argument("--dtype", choices=[DTYPES[n].short for n in STORAGE_DTYPES], default="fp16")
     r.add_argument("--budget", type=_budget, default=24, help="candidates to try (default 24)")
     r.add_argument("--time-budget", type=_seconds, default=600.0,
                    help="seconds for checking and timing (default 600)")

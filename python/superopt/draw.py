@@ -3,6 +3,8 @@
 Each step is one cluster row: the graph's nodes grouped into their kernels (one box per
 kernel, labelled with its grid tiling, streamed axis and online-softmax state), nodes
 coloured by where they live (global / shared / fragment), inputs as plain ellipses.
+
+Owns: the pictures. Imports the plan and the rules (to replay a derivation) only.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ candidate) and the search goes on; :func:`kernel_error` turns a recorded status 
 its class. Every :class:`KernelError` subclass travels on the wire as kind ``kernel`` (the
 v1 contract, ``docs/wire.md`` section 5) and carries its ``status``. The full table, with
 the CLI exit statuses and the numeric conventions: ``docs/errors.md``.
+
+Owns: every error class and its wire kind. Imports nothing.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class NoCudaError(SuperoptError):
 
 class KernelError(SuperoptError):
     """A candidate kernel that failed. ``status`` is the runner's status string for it
-    (``superopt.runner.STATUSES``); ``path`` names the candidate (its id)."""
+    (:data:`superopt.run.records.STATUSES`); ``path`` names the candidate (its id)."""
 
     kind = "kernel"
     status = "launch_error"

@@ -2,11 +2,11 @@
 
 Algorithm (mirrored by ``Superopt.Derive.deriveAll`` in Lean, same ids, same order):
 
-1. Start from :func:`~superopt.plan.initial_plan` (one kernel per computed node).
+1. Start from :func:`~superopt.derive.plan.initial_plan` (one kernel per computed node).
 2. Breadth-first, up to ``max_depth`` steps: for each plan in discovery order, for each rule
-   of :data:`~superopt.rules.SEARCH_RULES` in that order, for each site in the order
-   ``sites`` lists them, apply; keep the new plan if its :meth:`~superopt.plan.Plan.canonical`
-   form was not seen before (so equivalent plans are deduplicated and each keeps the first,
+   of :data:`~superopt.derive.rules.SEARCH_RULES` in that order, for each site in the order
+   ``sites`` lists them, apply; keep the new plan if its canonical form
+   (:meth:`~superopt.derive.plan.Plan.canonical`) was not seen before (so equivalent plans are deduplicated and each keeps the first,
    shortest path that reached it).
 3. Complete each discovered plan: for each kernel in order, ``stream_reduction`` if it has an
    unstreamed reduction axis, then ``tile_parallel`` on each tileable axis not yet tiled. These

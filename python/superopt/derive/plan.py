@@ -21,12 +21,14 @@ or the output is materialised in ``global`` memory; a node inside the streamed l
 in ``shared``/``fragment``; accumulators and epilogue values live in ``fragment``
 (registers).
 
-Mirrors ``Superopt.Plan`` in ``Lean/Superopt/Plan.lean`` (rules: ``Lean/Superopt/Derive.lean``).
+Mirrors ``Superopt.Plan`` in ``Lean/Superopt/Derive/Plan.lean`` (rules:
+``Lean/Superopt/Derive/Rules.lean``).
+
+Owns: the plan structure and its canonical form. Imports only the IR.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 
 from ..ir.dag import LEAF_OPS, Axis, Graph, NodeId
@@ -124,10 +126,6 @@ class Plan:
         return (g.axes, nodes, g.output,
                 tuple((k.nodes, tuple(sorted(k.grid)), k.stream, k.online, k.shared)
                       for k in self.kernels))
-
-    def key(self) -> str:
-        """A short content hash of :meth:`canonical` (16 hex digits of SHA-256)."""
-        return hashlib.sha256(repr(self.canonical()).encode()).hexdigest()[:16]
 
 
 def initial_plan(graph: Graph) -> Plan:

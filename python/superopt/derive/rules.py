@@ -30,6 +30,9 @@ Schedule rules change the kernels, never the graph:
 * ``tile_parallel`` — site ``(k, axis)``: tile a parallel axis (one of the domain's last
   two) of kernel ``k`` onto the grid.
 * ``stream_reduction`` — site ``(k,)``: stream kernel ``k``'s reduction axis in tiles.
+
+Owns: what each rule matches and rewrites. Imports the IR and the plan only; it must not
+import the lowering (a rule is a fact about programs, not about kernels).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A :class:`Graph` is an immutable, topologically ordered array of :class:`Node`s 
 output axes are inferred on construction; a graph that is not well formed raises a
 :class:`~superopt.errors.GraphError` subclass naming the node (``nodes[5]``).
 
-Semantics of the ops (float64 ground truth in :mod:`superopt.semantics`):
+Semantics of the ops (float64 ground truth in :mod:`superopt.ir.semantics`):
 
 * ``input(name, axes)``: a tensor argument.
 * ``size(axis)``: the scalar size of an axis; ``eps(value)`` and ``const(value)``: scalars
@@ -23,6 +23,9 @@ Semantics of the ops (float64 ground truth in :mod:`superopt.semantics`):
   lacks. E.g. ``Q[h,t_q,d_h] @_{d_h} K[h,t_kv,d_h] -> [h,t_q,t_kv]``.
 
 Mirrors ``Superopt.Dag`` in ``Lean/Superopt/IR/Dag.lean`` (``Graph``, ``Node``, ``NodeId``).
+
+Owns: the graph, its nodes and shape inference. Imports only :mod:`superopt.errors` and
+the op table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The graph-building DSL, a line-for-line mirror of Lean's ``DagM`` (``Lean/Superopt/Dsl.lean``).
+"""The graph-building DSL, a line-for-line mirror of Lean's ``DagM``
+(``Lean/Superopt/IR/Dsl.lean``).
 
 Each call appends one node and returns its :data:`~superopt.dag.NodeId`; shape inference
 runs as nodes are added, so a bad node fails at the line that builds it with a typed
@@ -16,6 +17,8 @@ Example::
 
 Node order is part of the wire format (golden vectors): the Lean DSL and this one build
 the five workloads' nodes in the same order.
+
+Owns: the builder. Imports only the graph.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ named-axis broadcasting, in float64, on numpy arrays (CPU) or torch tensors (any
 the runner evaluates on the GPU in float64 so that fresh inputs per check stay cheap).
 
 Mirrors the denotation ``Superopt.Semantics.denote`` in Lean.
+
+Owns: the float64 meaning of a graph, its seeded inputs and the relative error. Imports
+the IR only (numpy; torch only when given torch tensors).
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
             not mixed). Cast to float64 first.
         all_nodes: return the list of every node's value instead of the output.
         ops: the array operations to evaluate with; default: numpy or torch float64, from
-            the inputs' type. :class:`superopt.symbolic.SymbolicOps` evaluates numpy object
+            the inputs' type. :class:`superopt.verify.symbolic.SymbolicOps` evaluates numpy object
             arrays of sympy expressions instead (the solver checks of the rules).
 
     Returns:

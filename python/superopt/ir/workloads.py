@@ -10,8 +10,11 @@ rmsnorm        Y = X * rsqrt(sum_d X^2 / size(d) + eps); Y @_d W      m=1024 n=4
 rmsnorm_mlp    Y as above; (Y @_d W_up) * (Y @_d W_gate)              m=1024 n=1024 d=1024
 =============  =====================================================  =========================
 
-Mirrors ``Lean/Superopt/Workloads.lean`` (``attentionGraph`` ...) node for node: the golden
+Mirrors ``Lean/Superopt/IR/Workloads.lean`` (``attentionGraph`` ...) node for node: the golden
 vectors ``tests/golden/<workload>.graph.msgpack`` pin the order.
+
+Owns: the five example graphs, their reference cases and ``--case`` parsing. Imports the
+IR only.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ marker line below) into each generated module, after its ``import torch``: the a
 checks every launcher runs before it enqueues anything, and the compile target. It is a
 real module so that it is read, linted and tested as code; the package never imports it
 (generated modules are standalone: they import tilelang and torch only).
+
+Owns: the launch-time argument checks and the compile target of generated modules. It is
+read as text, never imported by the package.
 """
 
 import torch

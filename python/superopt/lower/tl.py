@@ -6,6 +6,9 @@ here. Pinned: TileLang 0.1.15 (see ``pyproject.toml`` and ``../shared/design/TIL
 
 Lowering and compiling need no GPU: :func:`lower_to_cuda` turns a ``T.prim_func`` into
 CUDA C for ``sm_90a`` and, with ``device_compile=True``, also runs nvcc on it.
+
+Owns: every call into TileLang. Imports tilelang lazily (a heavy dependency), nothing of
+the package but the target.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         compile_timeout_s: per-candidate compile limit.
         checks: fresh input sets per candidate.
         seed: base of the check seeds.
-        timing: :class:`~superopt.timing.TimingConfig`.
+        timing: :class:`~superopt.run.records.TimingConfig`.
         session: an open :class:`~superopt.run.session.Session` for ``graph`` to use (kept
             open); else one is made and closed.
         stats: a dict to fill with the search cost: ``compile_workers``, ``compile_wall_s``

@@ -27,6 +27,9 @@ Example (GPU)::
 
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     us = time_call(lambda a: a @ a, warmup=10, reps=100, rotate=[(x,)])
+
+Owns: how a callable is timed, the ceilings and the interleaved comparison. Imports torch
+and the run records.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ import numbers
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..derive.derivation import Derivation, Step
+from ..dtypes import STORAGE_DTYPES
 from ..errors import (
     CycleError,
     DanglingNodeError,
@@ -51,7 +52,8 @@ INT31 = 1 << 31
 
 #: Request kinds :mod:`superopt.bridge` answers.
 REQUEST_KINDS = ("derive", "lower", "ping", "tune")
-DTYPES = ("float16", "bfloat16")
+#: The ``dtype`` values a request may name (:data:`superopt.dtypes.STORAGE_DTYPES`).
+DTYPES = STORAGE_DTYPES
 STATUSES = ("ok", "wrong", "nan", "compile_error", "launch_error", "crash", "timeout", "skipped")
 
 #: Node map keys per op, in wire order.
