@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from superopt import evaluate, random_inputs
 from superopt.derive import complete, derive_all, explore
 from superopt.errors import DerivationError
-from superopt.verify.interpreter import run_plan
+from superopt.verify.interpreter import axis_tiles, run_plan
 from superopt.derive.plan import Kernel, Plan, initial_plan
 from superopt.derive.rules import RULES
 from superopt.ir.semantics import relative_error
@@ -98,14 +98,10 @@ def test_unwritten_output_is_detected():
     out = run_plan(plan, x, 2)
     np.testing.assert_allclose(out, evaluate(g, x), rtol=1e-12)
 
-    import superopt.verify.interpreter as interp
-    real = interp._tiles
-    try:
-        interp._tiles = lambda size, tile: real(size, tile)[:-1] or [(0, 0)]  # drop edge tile
-        with pytest.raises(DerivationError, match="unwritten"):
-            run_plan(plan, x, 3)
-    finally:
-        interp._tiles = real
+    def drop_edge_tile(size, tile):  # the tiling seam of run_plan, given a wrong tiling
+        return axis_tiles(size, tile)[:-1] or [(0, 0)]
+    with pytest.raises(DerivationError, match="unwritten"):
+        run_plan(plan, x, 3, tiling=drop_edge_tile)
 
 
 def test_completed_plans_tile_and_stream_everything():

@@ -1,4 +1,4 @@
-"""Machine checks of the ten rewrite rules (``superopt.verify.symbolic``, ``docs/rules.md``).
+"""Machine checks of the ten rewrite rules (``superopt.verify.rule_check``, ``docs/rules.md``).
 
 Per rule: the identity its Lean theorem ``Superopt.<rule_id>_sound`` states is proved on
 every instance up to the bound (sympy with ``exp`` known only through its laws; z3 for
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
+from superopt.verify import implementation, laws, mutants, prover, rule_check, statements
 from superopt.verify import interpreter as interp
-from superopt.verify import symbolic as S
 from superopt.derive import complete
 from superopt.derive.rules import RULES
 from superopt.ir.ops import LOG2E
@@ -25,41 +25,42 @@ from superopt.ir.semantics import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_IDS = list(RULES)
-IMPL_MUTANTS = [(r, i) for r in RULE_IDS for i in range(len(S.IMPL_MUTANTS[r]))]
+IMPL_MUTANTS = [(r, i) for r in RULE_IDS for i in range(len(mutants.IMPL_MUTANTS[r]))]
 
 
 def test_every_rule_has_a_statement_and_mutants():
-    assert set(S.STATEMENTS) == set(RULES) == set(S.IMPL_MUTANTS)
+    assert set(statements.STATEMENTS) == set(RULES) == set(mutants.IMPL_MUTANTS)
     for rule_id, rule in RULES.items():
         assert rule.theorem == f"Superopt.{rule_id}_sound"
-        assert f"{rule_id}_sound" in S.STATEMENTS[rule_id].lean
-        assert S.IMPL_MUTANTS[rule_id]
+        assert f"{rule_id}_sound" in statements.STATEMENTS[rule_id].lean
+        assert mutants.IMPL_MUTANTS[rule_id]
 
 
 # -- the laws and the normal form ---------------------------------------------------------
 
 def test_normalizer_proves_the_exp_laws_and_nothing_more():
     a, b, c, x = sp.symbols("a b c x", real=True)
-    E, X2, L = S.E, S.X2, S.LOG2E_SYM
+    E, X2, L = laws.E, laws.X2, laws.LOG2E_SYM
 
     def zero(e):
-        return S.is_zero(e, S.Normalizer())
+        return prover.is_zero(e, prover.Normalizer())
     assert zero(E(a + b) - E(a) * E(b))                  # exp_add
     assert zero(E(sp.Integer(0)) - 1)                     # exp_add + exp_ne_zero
     assert zero(E(a) * E(-a) - 1)
     assert zero(E(a - b) * E(b) - E(a))                   # exp_sub_mul_exp
     assert zero(X2(x * L) - E(x))                         # exp2_mul_log2e
     assert zero(X2(a * L - b * L) - E(a - b))             # exp_sub_to_exp2
-    assert zero(S.max2(S.max2(a, b), c) - S.max2(c, S.max2(b, a)))  # max_assoc, max_comm
-    assert zero(S.max2(a, a) - a)                         # max_idem
-    assert zero(E(a - S.max2(a, b)) / E(b - S.max2(b, a)) - E(a) / E(b))
+    # max_assoc, max_comm
+    assert zero(laws.max2(laws.max2(a, b), c) - laws.max2(c, laws.max2(b, a)))
+    assert zero(laws.max2(a, a) - a)                      # max_idem
+    assert zero(E(a - laws.max2(a, b)) / E(b - laws.max2(b, a)) - E(a) / E(b))
     # not consequences of the laws: must not be "proved"
     assert not zero(E(a * b) - E(a) * E(b))
     assert not zero(E(a) - 1 - a)
     assert not zero(X2(x) - E(x))
     assert not zero(X2(a) * X2(b) - X2(a + b))           # exp2 has only exp2_mul_log2e
-    assert not zero(S.max2(a, b) - a)
-    assert not zero(S.SQRT(x) ** 2 - x)                   # no law mentions sqrt
+    assert not zero(laws.max2(a, b) - a)
+    assert not zero(laws.SQRT(x) ** 2 - x)                # no law mentions sqrt
 
 
 def test_symbolic_ops_model_the_float64_ops():
@@ -68,25 +69,26 @@ def test_symbolic_ops_model_the_float64_ops():
     for rule_id, graph_name in (("online_softmax", "attention"), ("exp_to_exp2", "attention"),
                                 ("share_operand_load", "rmsnorm_mlp"),
                                 ("fuse_epilogue", "swiglu"), ("factor_row_scale", "div_scale")):
-        case = S.impl_cases(rule_id, graph_names=[graph_name])[-1]
+        case = implementation.impl_cases(rule_id, graph_names=[graph_name])[-1]
         plan = complete(RULES[rule_id].apply(case.plan, case.site))[0]
-        sym = S.symbolic_inputs(case.graph)
-        out = interp.run_plan(plan, sym, 2, ops=S.SYM)
+        sym = laws.symbolic_inputs(case.graph)
+        out = interp.run_plan(plan, sym, 2, ops=laws.SYM)
         vals = {n: rng.integers(-4, 5, size=a.shape) / 4 for n, a in sym.items()}
         subs = {s: sp.Rational(v) for n in sym for s, v in zip(sym[n].ravel(), vals[n].ravel())}
-        model = np.vectorize(lambda e: float(S._model(sp.sympify(e).xreplace(subs)).evalf(30)),
-                             otypes=[float])(out)
+        model = np.vectorize(
+            lambda e: float(prover.in_model(sp.sympify(e).xreplace(subs)).evalf(30)),
+            otypes=[float])(out)
         num = interp.run_plan(plan, vals, 2)
         np.testing.assert_allclose(model, num, rtol=1e-12, atol=1e-12, err_msg=case.label)
         np.testing.assert_allclose(num, evaluate(case.graph, vals), rtol=1e-12, atol=1e-12)
-    assert S.SYM.scalar(LOG2E) == S.LOG2E_SYM and abs(LOG2E * np.log(2.0) - 1.0) < 1e-15
+    assert laws.SYM.scalar(LOG2E) == laws.LOG2E_SYM and abs(LOG2E * np.log(2.0) - 1.0) < 1e-15
 
 
 # -- statements ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rule_id", RULE_IDS)
 def test_statement_is_proved(rule_id):
-    res = S.check_statement(rule_id)
+    res = statements.check_statement(rule_id)
     open_ = [o.label for o in res.outcomes if o.status != "proved"]
     assert res.status == "proved", f"{res.summary()}; not proved: {open_[:5]}\n" \
                                    f"{res.first_counterexample()}"
@@ -96,11 +98,11 @@ def test_statement_is_proved(rule_id):
 
 @pytest.mark.parametrize("rule_id", RULE_IDS)
 def test_statement_mutant_is_refuted(rule_id):
-    res = S.check_statement(rule_id, mutant=True)
-    assert res.status == "refuted", f"mutant not refuted: {S.STATEMENTS[rule_id].mutant}"
+    res = statements.check_statement(rule_id, mutant=True)
+    assert res.status == "refuted", f"mutant not refuted: {statements.STATEMENTS[rule_id].mutant}"
     cx = res.refutations[0].counterexample
     assert cx is not None and cx.lhs != cx.rhs
-    print(f"\n{rule_id} — statement mutant: {S.STATEMENTS[rule_id].mutant}\n"
+    print(f"\n{rule_id} — statement mutant: {statements.STATEMENTS[rule_id].mutant}\n"
           f"{res.first_counterexample()}")
 
 
@@ -108,24 +110,24 @@ def test_statement_mutant_is_refuted(rule_id):
 
 @pytest.mark.parametrize("rule_id", RULE_IDS)
 def test_implementation_is_proved(rule_id):
-    res = S.check_implementation(rule_id)
+    res = implementation.check_implementation(rule_id)
     open_ = [f"{o.label}: {o.note}" for o in res.outcomes if o.status != "proved"]
     assert res.status == "proved", f"{res.summary()}\n{open_[:3]}\n{res.first_counterexample()}"
     # the rule really ran: on several sites, each run at tiles 1, 2, 3 rewritten and completed
-    cases = S.impl_cases(rule_id)
+    cases = implementation.impl_cases(rule_id)
     assert len(cases) >= 1 and res.proved == len(res.outcomes) >= 6 * len(cases)
     print(f"{rule_id}: {res.summary()}")
 
 
 def test_interpreter_tiles_are_the_statements_tiles():
-    res = S.check_tiling()
+    res = implementation.check_tiling()
     assert res.status == "proved", res.first_counterexample()
 
 
 @pytest.mark.parametrize("rule_id, i", IMPL_MUTANTS,
                          ids=[f"{r}-{i}" for r, i in IMPL_MUTANTS])
 def test_implementation_mutant_is_refuted(rule_id, i):
-    m = S.IMPL_MUTANTS[rule_id][i]
+    m = mutants.IMPL_MUTANTS[rule_id][i]
     res = m.run()
     assert res.status == "refuted", f"mutant not refuted: {m.description} ({res.summary()})"
     o = res.refutations[0]
@@ -136,11 +138,12 @@ def test_implementation_mutant_is_refuted(rule_id, i):
 
 
 def test_check_rule_report():
-    rep = S.check_rule("exp_to_exp2")
+    rep = rule_check.check_rule("exp_to_exp2")
     assert rep.ok, rep.summary()
     assert rep.theorem == "Superopt.exp_to_exp2_sound"
     assert rep.statement.status == rep.implementation.status == "proved"
-    assert [m.status for m in rep.mutants] == ["refuted"] * (1 + len(S.IMPL_MUTANTS["exp_to_exp2"]))
+    assert [m.status for m in rep.mutants] == \
+        ["refuted"] * (1 + len(mutants.IMPL_MUTANTS["exp_to_exp2"]))
     assert "counterexample" in rep.summary()
     print(rep.summary())
 
@@ -154,7 +157,8 @@ def test_docs_rules_md_lists_every_rule_with_its_check():
         assert m, f"docs/rules.md has no section for {rule_id}"
         section = m.group(1)
         assert rule.theorem in section
-        assert S.STATEMENTS[rule_id].bound in section, f"{rule_id}: the bound is out of date"
+        assert statements.STATEMENTS[rule_id].bound in section, \
+            f"{rule_id}: the bound is out of date"
         assert "Machine check" in section
 
 
@@ -171,7 +175,7 @@ def test_lean_theorem_names_match_where_written():
                   ROOT / "Lean" / "Superopt" / "Proofs" / "RuleLemmas.lean"]
     if all(p.exists() for p in rules_lean):  # the statements mirror theorems that exist, by name
         text = "\n".join(p.read_text(encoding="utf-8") for p in rules_lean)
-        for rule_id, st in S.STATEMENTS.items():
+        for rule_id, st in statements.STATEMENTS.items():
             assert re.search(rf"^theorem {rule_id}_sound\b", text, re.M), rule_id
             for name in re.findall(r"theorem Rules\.(\w+)", st.lean):
                 assert re.search(rf"^theorem {name}\b", text, re.M), f"{rule_id}: {name}"

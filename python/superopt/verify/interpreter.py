@@ -11,18 +11,25 @@ and every materialised element must be written exactly once per grid tile (check
 Edge tiles are the truncated tails when a size is not a multiple of the tile.
 
 Everything is float64 numpy, so a plan's output can be compared with
-:func:`superopt.semantics.evaluate` to ~1e-12: that is how every rule application and every
-derivation is checked (``tests/python/test_interp.py``). The element operations go through
-an ops object (:class:`superopt.semantics._Ops`); with
-:class:`superopt.symbolic.SymbolicOps` the same code runs on numpy object arrays of sympy
+:func:`superopt.ir.semantics.evaluate` to ~1e-12: that is how every rule application and
+every derivation is checked (``tests/python/test_interp.py``). The element operations go
+through an ops object (:class:`superopt.ir.semantics._Ops`); with
+:class:`superopt.verify.laws.SymbolicOps` the same code runs on numpy object arrays of sympy
 expressions, so that ``tests/python/test_symbolic.py`` can prove a plan equal to its graph.
+How an axis is cut into tiles is a seam too: :func:`run_plan` takes the tiling function
+(default :func:`axis_tiles`), and the tiling mutants of :mod:`superopt.verify.mutants` pass
+their broken ones in.
+
+Owns: the tile semantics of a plan (grid tiles, streamed accumulators, online rescale) and
+the tiling of an axis. Must not import sympy or z3 (it runs without the test extras), the
+lowering, or anything later.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -36,7 +43,20 @@ Region = dict  # axis -> (start, stop)
 _OPS = _Ops(False)
 
 
-def _tiles(size: int, tile: int):
+#: A tiling function: ``(size, tile) -> [(start, stop), ...]``, the tiles of one axis.
+Tiling = Callable[[int, int], list]
+
+
+def axis_tiles(size: int, tile: int) -> list[tuple[int, int]]:
+    """The tiles of an axis of ``size`` elements in tiles of ``tile``: ``(start, stop)``
+    pairs in order, full tiles then the truncated edge tile; ``[(0, 0)]`` for an empty axis
+    (one empty tile, which the loops skip).
+
+    Mirrors ``Superopt.Rules.tile_parallel_div`` (``n / T`` full tiles, then ``n % T``).
+
+    Examples:
+        ``axis_tiles(5, 2) == [(0, 2), (2, 4), (4, 5)]``; ``axis_tiles(0, 2) == [(0, 0)]``.
+    """
     if size == 0:
         return [(0, 0)]
     return [(s, min(s + tile, size)) for s in range(0, size, tile)]
@@ -46,8 +66,9 @@ class _KernelRun:
     """Executes one kernel of a plan over one grid tile."""
 
     def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray], ops: _Ops,
-                 written: dict[NodeId, np.ndarray]) -> None:
+                 written: dict[NodeId, np.ndarray], tiling: Tiling = axis_tiles) -> None:
         self.plan, self.k, self.g, self.ops = plan, k, plan.graph, ops
+        self.tiling = tiling
         self.kern = plan.kernels[k]
         self.nodes = set(self.kern.nodes)
         self.glob = glob
@@ -178,7 +199,7 @@ class _KernelRun:
         if self.r is not None and self.accs:
             size = g.size(self.r)
             maxes = [a for a in self.accs if g.nodes[a].op == "reduce" and g.nodes[a].fn == "max"]
-            for t in _tiles(size, tile_size.get(self.r, size or 1)):
+            for t in self.tiling(size, tile_size.get(self.r, size or 1)):
                 if t[0] == t[1]:
                     continue
                 rt = dict(region)
@@ -222,12 +243,14 @@ class _KernelRun:
             self.written[out][idx] = True
 
 
-
 def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
-             tile: int | Mapping[str, int] = 3, *, ops: _Ops = _OPS) -> np.ndarray:
+             tile: int | Mapping[str, int] = 3, *, ops: _Ops = _OPS,
+             tiling: Tiling = axis_tiles) -> np.ndarray:
     """Execute ``plan`` on ``inputs`` (float64) with tiles of ``tile`` (per axis or for all).
 
     ``ops`` are the element operations (default numpy float64; see the module docstring).
+    ``tiling`` cuts an axis into tiles, for the grid and for the streamed loop alike
+    (default :func:`axis_tiles`; the checks pass deliberately wrong ones to see them caught).
 
     Returns:
         The output, shaped ``plan.graph.output_shape``, float64.
@@ -248,9 +271,9 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
         for out in plan.outputs(k):
             glob[out] = ops.full(g.shape(out), np.nan)
             written[out] = np.zeros(g.shape(out), dtype=bool)
-        run = _KernelRun(plan, k, glob, ops, written)
+        run = _KernelRun(plan, k, glob, ops, written, tiling)
         grid = [a for a in plan.domain(k) if a in kern.grid]
-        ranges = [_tiles(sizes[a], tile_size[a]) for a in grid]
+        ranges = [tiling(sizes[a], tile_size[a]) for a in grid]
         for combo in itertools.product(*ranges):
             region = dict(zip(grid, combo))
             if any(s == e for s, e in combo):
