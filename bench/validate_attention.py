@@ -47,12 +47,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-from superopt.lower.kernels.attention import (  # noqa: E402
-    AttentionConfig,
-    AttentionSpec,
-    attention_config_space,
-    attention_source,
-)
+from superopt.lower.kernels.attention import attention_source  # noqa: E402
+from superopt.lower.kernels.attention_space import attention_config_space  # noqa: E402
+from superopt.lower.kernels.attention_spec import AttentionConfig, AttentionSpec  # noqa: E402
 
 REF = AttentionSpec(batch=16, tq=4096, tkv=4096, dqk=128, dv=128, scale=1.0, name="attention")
 EDGE_SPECS = {

@@ -44,10 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 from superopt.errors import LoweringError  # noqa: E402
-from superopt.lower.kernels.gemm import (GemmConfig, GemmSpec, check_config,  # noqa: E402
-                                   gemm_config_space, gemm_source)
+from superopt.lower.kernels.gemm import gemm_source  # noqa: E402
+from superopt.lower.kernels.gemm_space import gemm_config_space  # noqa: E402
+from superopt.lower.kernels.gemm_spec import GemmConfig, GemmSpec, check_config  # noqa: E402
 from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowReduceSpec,  # noqa: E402
-                                      elementwise_source, row_config_space, rowreduce_source)
+                                            elementwise_source, row_config_space,
+                                            rowreduce_source)
 
 HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"
 EPS = 1e-5

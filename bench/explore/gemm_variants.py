@@ -37,7 +37,8 @@ def make_ws(M, N, K, bm, bn, bk, stages, cluster_m, dual=False):
     """superopt's own "ws" schedule (superopt.lower.kernels.gemm) for the same GEMM."""
     import tempfile
 
-    from superopt.lower.kernels.gemm import GemmConfig, GemmSpec, gemm_source
+    from superopt.lower.kernels.gemm import gemm_source
+    from superopt.lower.kernels.gemm_spec import GemmConfig, GemmSpec
     from superopt.lower.tl import import_module_file
 
     epi = "{acc} * T.sigmoid({acc}) * {acc2}" if dual else "{acc}"

@@ -16,14 +16,10 @@ from pathlib import Path
 import pytest
 
 from superopt.errors import LoweringError
-from superopt.lower.kernels.attention import (
-    SMEM_LIMIT_BYTES,
-    AttentionConfig,
-    AttentionSpec,
-    attention_config_space,
-    attention_smem_bytes,
-    attention_source,
-)
+from superopt.lower.kernels.attention import attention_source
+from superopt.lower.kernels.attention_space import (SMEM_LIMIT_BYTES, attention_config_space,
+                                                    attention_smem_bytes)
+from superopt.lower.kernels.attention_spec import AttentionConfig, AttentionSpec
 
 REF = AttentionSpec(batch=16, tq=4096, tkv=4096, dqk=128, dv=128)
 EDGE = {

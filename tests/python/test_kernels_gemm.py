@@ -1,4 +1,4 @@
-"""The GEMM, row-reduction and elementwise source generators (``superopt.kernels``).
+"""The GEMM, row-reduction and elementwise source generators (``superopt.lower.kernels``).
 
 No GPU here: every generated source is written to a real ``.py`` file, imported, built and
 lowered to CUDA C for sm_90a with TileLang (``superopt.lower.tl``), and the CUDA text is checked
@@ -17,12 +17,15 @@ import pytest
 
 from superopt.lower import tl
 from superopt.errors import LoweringError
-from superopt.lower.kernels.gemm import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec, check_config,
-                                   gemm_accum_registers, gemm_block_threads, gemm_config_space,
-                                   gemm_cost_clk, gemm_register_cap, gemm_smem_bytes,
-                                   gemm_source)
+from superopt.lower.kernels.gemm import gemm_source
+from superopt.lower.kernels.gemm_space import gemm_config_space, gemm_cost_clk
+from superopt.lower.kernels.gemm_spec import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec,
+                                              check_config, gemm_accum_registers,
+                                              gemm_block_threads, gemm_register_cap,
+                                              gemm_smem_bytes)
 from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
-                                      elementwise_source, row_config_space, rowreduce_source)
+                                            elementwise_source, row_config_space,
+                                            rowreduce_source)
 
 HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"
 

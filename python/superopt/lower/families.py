@@ -25,9 +25,12 @@ from typing import Any, Callable
 
 from ..derive.plan import Plan
 from ..errors import LoweringError
-from .kernels.attention import (AttentionConfig, attention_config_space, attention_cost,
-                                attention_source)
-from .kernels.gemm import GemmConfig, gemm_config_space, gemm_cost_clk, gemm_source
+from .kernels.attention import attention_source
+from .kernels.attention_space import attention_config_space, attention_cost
+from .kernels.attention_spec import AttentionConfig
+from .kernels.gemm import gemm_source
+from .kernels.gemm_space import gemm_config_space, gemm_cost_clk
+from .kernels.gemm_spec import GemmConfig
 from .kernels.rowwise import (RowConfig, elementwise_source, row_config_space, row_cost,
                               rowreduce_source)
 from .lowering import KernelLowering

@@ -27,8 +27,8 @@ from ..derive.plan import Plan
 from ..errors import LoweringError
 from ..ir.ops import LOG2E
 from .expr import render
-from .kernels.attention import AttentionSpec
-from .kernels.gemm import GemmSpec
+from .kernels.attention_spec import AttentionSpec
+from .kernels.gemm_spec import GemmSpec
 from .kernels.rowwise import ElementwiseSpec, RowReduceSpec
 from .lowering import KernelLowering, axes_prod, single_output, storage_dtype, tensor_name
 

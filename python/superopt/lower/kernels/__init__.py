@@ -1,9 +1,18 @@
-"""TileLang kernel source generators, one module per kernel family.
+"""TileLang kernel source generators, by kernel family.
 
-* :mod:`superopt.lower.kernels.gemm`: GEMMs with fused epilogues (dual B operands, the row sum
-  of squares of A, per-row inputs), their configuration space and cost model.
-* :mod:`superopt.lower.kernels.rowwise`: row reductions and elementwise kernels.
-* :mod:`superopt.lower.kernels.attention`: the online-softmax attention kernel.
+* GEMMs with fused epilogues (dual B operands, the row sum of squares of A, per-row inputs):
+  :mod:`.gemm_spec` (spec, config, checks, resource models), :mod:`.gemm` (the source:
+  signature and the ``"auto"`` schedule), :mod:`.gemm_ws_schedule` (the hand-written
+  warp-specialised ``"ws"`` schedule), :mod:`.gemm_space` (configuration space, cost model).
+* Online-softmax attention: :mod:`.attention_spec` (spec, config, tile layout),
+  :mod:`.attention_space` (resource models, cost model, configuration space),
+  :mod:`.attention_online_softmax` (the steps both schedules share), :mod:`.attention_ws_schedule`
+  (the FlashAttention-3 style ``"ws"`` body), :mod:`.attention` (the source: signature and
+  the ``"pipelined"`` body).
+* Row reductions and elementwise kernels: :mod:`.rowwise`.
+* Shared by all: :mod:`.spec_checks` (identifiers, format fields, dtypes), :mod:`.tiling`
+  (``ceil_div``, ``round_up``); every family writes its text with
+  :class:`superopt.lower.emit.Lines`.
 
 Each generator returns the source of one ``def build_<name>():`` that returns a
 ``T.prim_func`` with every size baked in; :mod:`superopt.lower.module` assembles them into one

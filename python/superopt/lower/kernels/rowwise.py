@@ -19,20 +19,23 @@ each thread keeps fp32 partials in registers, and one cross-thread reduction
 (``T.reduce_sum`` / ``T.reduce_max``, warp shuffles) per row ends the kernel.
 
 Public API: :class:`RowReduceSpec`, :class:`ElementwiseSpec`, :class:`RowConfig`,
-:func:`rowreduce_source`, :func:`elementwise_source`, :func:`row_config_space`.
+:func:`rowreduce_source`, :func:`elementwise_source`, :func:`row_config_space`,
+:func:`row_cost`.
+
+Owns: both row-wise families (spec, config space, cost, source). Imports
+:mod:`superopt.errors`, the target, the shared checks and the emitter; no other family.
 """
 
 from __future__ import annotations
 
-import keyword
-import string
 from dataclasses import dataclass
 
 from ...errors import LoweringError
+from ..emit import Lines
 from ..target import HOPPER
+from .spec_checks import check_dtype, check_identifier, format_fields
+from .tiling import ceil_div
 
-_X_DTYPES = ("float16", "bfloat16", "float32")
-_OUT_DTYPES = ("float16", "bfloat16", "float32")
 _RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "i", "j", "ko"}
 
 
@@ -99,20 +102,8 @@ class RowConfig:
     threads: int
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _fields(expr: str, what: str) -> list[str]:
-    try:
-        return [f for _, f, _, _ in string.Formatter().parse(expr) if f is not None]
-    except ValueError as e:
-        raise LoweringError(f"malformed {what} {expr!r}: {e}") from None
-
-
 def _check_name(name: str, what: str) -> None:
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise LoweringError(f"{what} {name!r} is not a Python identifier")
+    check_identifier(name, what)
     if what != "kernel name" and (name in _RESERVED or name.startswith(("build_", "_"))):
         raise LoweringError(f"{what} {name!r} is reserved")
 
@@ -133,15 +124,14 @@ def _check_rowreduce(spec: RowReduceSpec) -> None:
             f"row reduction needs rows >= 1, cols >= 0; got {spec.rows}x{spec.cols}")
     if spec.reduce not in ("sum", "max"):
         raise LoweringError(f"reduce must be 'sum' or 'max', got {spec.reduce!r}")
-    if spec.dtype not in _X_DTYPES:
-        raise LoweringError(f"X dtype must be one of {_X_DTYPES}, got {spec.dtype!r}")
+    check_dtype(spec.dtype, "X dtype", float32=True)
     _check_name(spec.name, "kernel name")
     for r in spec.row_inputs:
         _check_name(r, "row input")
     if len(set(spec.row_inputs)) != len(spec.row_inputs) or {"x", "r"} & set(spec.row_inputs):
         raise LoweringError(f"row input names must be distinct and not x or r: {spec.row_inputs}")
     for what, expr, own in (("pre", spec.pre, "x"), ("post", spec.post, "r")):
-        for f in _fields(expr, what):
+        for f in format_fields(expr, what):
             if f != own and f not in spec.row_inputs:
                 raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is neither {{{own}}} "
                                     f"nor a row input {spec.row_inputs}")
@@ -178,53 +168,54 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
     combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
     post = s.post.format(r="red[i]", **rin)
 
-    out: list[str] = []
-
-    def emit(depth: int, text: str) -> None:
-        out.append("    " * depth + text if text else "")
-
-    emit(0, f"def build_{s.name}():")
-    emit(1, f'"""{s.name}: row {s.reduce} over X [{s.rows}, {s.cols}] {s.dtype} -> Out '
-            f'[{s.rows}] float32; block {br}x{bc}, {c.threads} threads."""')
-    emit(0, "")
-    emit(1, "@T.prim_func")
-    emit(1, f"def {s.name}(")
-    emit(2, f'X: T.Tensor(({s.rows}, {s.cols}), "{s.dtype}"),')
-    for r in s.row_inputs:
-        emit(2, f'{r}: T.Tensor(({s.rows},), "float32"),')
-    emit(2, f'Out: T.Tensor(({s.rows},), "float32"),')
-    emit(1, "):")
-    emit(2, f"with T.Kernel({_ceil_div(s.rows, br)}, threads={c.threads}) as bx:")
-    d = 3
-    if s.cols > 0:
-        emit(d, f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
-    emit(d, f'red = T.alloc_fragment(({br},), "float32")')
-    for r in s.row_inputs:
-        emit(d, f'{r}_s = T.alloc_shared(({br},), "float32")')
-    for r in s.row_inputs:
-        emit(d, f"T.copy({r}[bx * {br}], {r}_s)")
-    if s.cols > 0:
-        emit(d, f"T.fill(acc, {identity})")
-        emit(d, f"for ko in T.serial({_ceil_div(s.cols, bc)}):")
-        emit(d + 1, f"for i, j in T.Parallel({br}, {bc}):")
-        emit(d + 2, f"acc[i, j] = {combine}")
-        emit(d, f"T.reduce_{s.reduce}(acc, red, dim=1)")
-    else:
-        emit(d, f"T.fill(red, {identity})")
-    if post.strip() != "red[i]":
-        emit(d, f"for i in T.Parallel({br}):")
-        emit(d + 1, f"red[i] = {post}")
-    emit(d, f"T.copy(red, Out[bx * {br}])")
-    emit(0, "")
-    emit(1, f"return {s.name}")
-    return "\n".join(out) + "\n"
+    e = Lines()
+    e(f"def build_{s.name}():")
+    with e.indent():
+        e(f'"""{s.name}: row {s.reduce} over X [{s.rows}, {s.cols}] {s.dtype} -> Out '
+          f'[{s.rows}] float32; block {br}x{bc}, {c.threads} threads."""')
+        e()
+        e("@T.prim_func")
+        e(f"def {s.name}(")
+        with e.indent():
+            e(f'X: T.Tensor(({s.rows}, {s.cols}), "{s.dtype}"),')
+            for r in s.row_inputs:
+                e(f'{r}: T.Tensor(({s.rows},), "float32"),')
+            e(f'Out: T.Tensor(({s.rows},), "float32"),')
+        e("):")
+        with e.indent():
+            e(f"with T.Kernel({ceil_div(s.rows, br)}, threads={c.threads}) as bx:")
+            with e.indent():
+                if s.cols > 0:
+                    e(f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
+                e(f'red = T.alloc_fragment(({br},), "float32")')
+                for r in s.row_inputs:
+                    e(f'{r}_s = T.alloc_shared(({br},), "float32")')
+                for r in s.row_inputs:
+                    e(f"T.copy({r}[bx * {br}], {r}_s)")
+                if s.cols > 0:
+                    e(f"T.fill(acc, {identity})")
+                    e(f"for ko in T.serial({ceil_div(s.cols, bc)}):")
+                    with e.indent():
+                        e(f"for i, j in T.Parallel({br}, {bc}):")
+                        with e.indent():
+                            e(f"acc[i, j] = {combine}")
+                    e(f"T.reduce_{s.reduce}(acc, red, dim=1)")
+                else:
+                    e(f"T.fill(red, {identity})")
+                if post.strip() != "red[i]":
+                    e(f"for i in T.Parallel({br}):")
+                    with e.indent():
+                        e(f"red[i] = {post}")
+                e(f"T.copy(red, Out[bx * {br}])")
+        e()
+        e(f"return {s.name}")
+    return e.text()
 
 
 def _check_elementwise(spec: ElementwiseSpec) -> None:
     if spec.rows < 1 or spec.cols < 1:
         raise LoweringError(f"elementwise needs rows, cols >= 1; got {spec.rows}x{spec.cols}")
-    if spec.out_dtype not in _OUT_DTYPES:
-        raise LoweringError(f"out_dtype must be one of {_OUT_DTYPES}, got {spec.out_dtype!r}")
+    check_dtype(spec.out_dtype, "out_dtype", float32=True)
     _check_name(spec.name, "kernel name")
     names = [n for n, _, _ in spec.inputs]
     if len(set(names)) != len(names):
@@ -233,9 +224,8 @@ def _check_elementwise(spec: ElementwiseSpec) -> None:
         _check_name(n, "input")
         if kind not in ("full", "row", "col"):
             raise LoweringError(f"input {n!r} kind must be full, row or col, got {kind!r}")
-        if dt not in _X_DTYPES:
-            raise LoweringError(f"input {n!r} dtype must be one of {_X_DTYPES}, got {dt!r}")
-    for f in _fields(spec.expr, "expr"):
+        check_dtype(dt, f"input {n!r} dtype", float32=True)
+    for f in format_fields(spec.expr, "expr"):
         if f not in names:
             raise LoweringError(f"expr {spec.expr!r} uses {{{f}}}, not an input {names}")
 
@@ -266,45 +256,47 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
     if s.cols % bc:
         guards.append(f"{col} < {s.cols}")
 
-    out: list[str] = []
-
-    def emit(depth: int, text: str) -> None:
-        out.append("    " * depth + text if text else "")
-
-    emit(0, f"def build_{s.name}():")
-    emit(1, f'"""{s.name}: elementwise [{s.rows}, {s.cols}] -> {s.out_dtype}; block '
-            f'{br}x{bc}, {c.threads} threads."""')
-    emit(0, "")
-    emit(1, "@T.prim_func")
-    emit(1, f"def {s.name}(")
-    for n, kind, dt in s.inputs:
-        emit(2, f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
-    emit(2, f'Out: T.Tensor(({s.rows}, {s.cols}), "{s.out_dtype}"),')
-    emit(1, "):")
-    emit(2, f"with T.Kernel({_ceil_div(s.cols, bc)}, {_ceil_div(s.rows, br)}, "
-            f"threads={c.threads}) as (bx, by):")
-    emit(3, f"for i, j in T.Parallel({br}, {bc}):")
-    if guards:
-        emit(4, f"if {' and '.join(guards)}:")
-        emit(5, f"Out[{row}, {col}] = {value}")
-    else:
-        emit(4, f"Out[{row}, {col}] = {value}")
-    emit(0, "")
-    emit(1, f"return {s.name}")
-    return "\n".join(out) + "\n"
+    e = Lines()
+    e(f"def build_{s.name}():")
+    with e.indent():
+        e(f'"""{s.name}: elementwise [{s.rows}, {s.cols}] -> {s.out_dtype}; block '
+          f'{br}x{bc}, {c.threads} threads."""')
+        e()
+        e("@T.prim_func")
+        e(f"def {s.name}(")
+        with e.indent():
+            for n, kind, dt in s.inputs:
+                e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+            e(f'Out: T.Tensor(({s.rows}, {s.cols}), "{s.out_dtype}"),')
+        e("):")
+        with e.indent():
+            e(f"with T.Kernel({ceil_div(s.cols, bc)}, {ceil_div(s.rows, br)}, "
+              f"threads={c.threads}) as (bx, by):")
+            with e.indent():
+                e(f"for i, j in T.Parallel({br}, {bc}):")
+                with e.indent():
+                    if guards:
+                        e(f"if {' and '.join(guards)}:")
+                        with e.indent():
+                            e(f"Out[{row}, {col}] = {value}")
+                    else:
+                        e(f"Out[{row}, {col}] = {value}")
+        e()
+        e(f"return {s.name}")
+    return e.text()
 
 
 def row_cost(rows: int, cols: int, kind: str, c: RowConfig) -> tuple:
     """The sort key of :func:`row_config_space` (lower is better): first enough blocks to
-    fill 132 SMs twice, then little padding, then 8 elements per thread per row step, then
-    256 threads, then smaller blocks."""
+    fill the target's SMs (``HOPPER.num_sms``) twice, then little padding, then 8 elements
+    per thread per row step, then 256 threads, then smaller blocks."""
     cols_eff = max(cols, 1)
-    blocks = _ceil_div(rows, c.block_rows)
+    blocks = ceil_div(rows, c.block_rows)
     if kind == "elementwise":
-        blocks *= _ceil_div(cols_eff, c.block_cols)
+        blocks *= ceil_div(cols_eff, c.block_cols)
     fill = round(min(blocks / (2 * HOPPER.num_sms), 1.0), 1)
-    padded = (_ceil_div(rows, c.block_rows) * c.block_rows
-              * _ceil_div(cols_eff, c.block_cols) * c.block_cols)
+    padded = (ceil_div(rows, c.block_rows) * c.block_rows
+              * ceil_div(cols_eff, c.block_cols) * c.block_cols)
     waste = round(padded / (rows * cols_eff), 1)
     per_row = max(c.block_cols * c.block_rows // c.threads // c.block_rows, 1)
     return (-fill, waste, abs(per_row - 8), c.threads != 256, c.block_rows, c.block_cols)
@@ -315,7 +307,7 @@ def row_config_space(rows: int, cols: int, kind: str = "reduce",
     """Candidate block shapes for a ``[rows, cols]`` row-wise kernel, best-first.
 
     Candidates give every thread 4 to 32 elements per step. The order is a cheap model of
-    a memory-bound kernel: first enough blocks to keep 132 SMs busy (a reduction gets one
+    a memory-bound kernel: first enough blocks to keep the SMs busy (a reduction gets one
     block per ``block_rows`` rows; an elementwise kernel also splits the columns), then
     little padding, then 8 elements per thread per row step (one 16-byte access in fp16),
     then 256 threads. Deterministic.

@@ -1,0 +1,182 @@
+"""The attention family's resource models, cost model and configuration space.
+
+Resource models (what a config needs of one SM): :func:`attention_smem_bytes`,
+:func:`attention_registers_per_thread`, and for the ``"ws"`` schedule the blocks it is
+built to co-reside (:func:`ws_blocks_per_sm`) and the consumers' ``setmaxnreg`` budget
+(:func:`ws_consumer_registers`). :func:`attention_config_space` keeps the candidate
+schedules that fit, ordered by :func:`attention_cost`.
+
+Sources: the limits of :data:`superopt.lower.target.HOPPER`; the efficiencies in
+:func:`attention_cost` from the H200 measurements in ``../shared/design/TILELANG.md`` and
+the FlashAttention-3 paper (Shah et al. 2024).
+
+Owns: these models and the space. Imports the spec module (:mod:`.attention_spec`), the
+target and the dtypes; must not import a source writer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...dtypes import itemsize
+from ..target import HOPPER
+from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim
+from .tiling import ceil_div, round_up
+
+#: Dynamic shared memory one block may use on sm_90 (227 KiB; :mod:`..target`).
+SMEM_LIMIT_BYTES = HOPPER.smem_per_block_bytes
+#: Streaming multiprocessors of the target (used by the cost model only).
+NUM_SMS = HOPPER.num_sms
+#: Register file per SM, in 32-bit registers.
+REGS_PER_SM = HOPPER.regs_per_sm
+#: Registers per thread the ``"ws"`` producer warpgroup keeps (``setmaxnreg`` 24).
+WS_PRODUCER_REGS = 24
+
+
+def attention_smem_bytes(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Dynamic shared memory of one block, in bytes (each buffer rounded up to 1 KiB).
+
+    ``"ws"``: Q tile, ``stages`` K and V tiles, and an O staging tile (which reuses the Q
+    tile's memory when the padded ``dqk == dv``). ``"pipelined"``: TileLang keeps
+    ``max(stages, 2)`` K and V versions under its warp specialisation and shares Q/O.
+    Barriers live in static shared memory and are not counted.
+    """
+    esize = itemsize(spec.dtype)
+    dq, dv = padded_dim(spec.dqk), padded_dim(spec.dv)
+    q = round_up(cfg.block_m * dq * esize, 1024)
+    o = round_up(cfg.block_m * dv * esize, 1024)
+    k = round_up(cfg.block_n * dq * esize, 1024)
+    v = round_up(cfg.block_n * dv * esize, 1024)
+    if cfg.schedule == "ws":
+        return q + cfg.stages * (k + v) + (o if o_staging(spec) == "O_s" else 0)
+    versions = max(cfg.stages, 2)
+    return max(q, o) + versions * (k + v)
+
+
+def attention_registers_per_thread(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Estimated 32-bit registers per consumer thread (fragments plus ~40 of overhead).
+
+    Per 64-row warpgroup slice: scores ``S`` fp32 (``block_n / 2``), probabilities ``P``
+    (``block_n / 4``) and the fp32 accumulator (``dv / 2``).
+    """
+    rows_per_wg = cfg.block_m // cfg.consumer_warpgroups
+    per_row_thread = rows_per_wg / 128  # rows per thread x elements -> regs
+    dv = padded_dim(spec.dv)
+    frag = per_row_thread * (cfg.block_n + cfg.block_n / 2 + dv)
+    return int(math.ceil(frag)) + 40
+
+
+def ws_blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Blocks per SM the ``"ws"`` kernel is built for: 2 for one consumer warpgroup when two
+    blocks' shared memory (plus 2 KiB each) fits in the SM's (``HOPPER.smem_per_sm_bytes``,
+    228 KiB on sm_90), else 1."""
+    smem = attention_smem_bytes(spec, cfg)
+    if cfg.consumer_warpgroups == 1 and 2 * (smem + 2048) <= HOPPER.smem_per_sm_bytes:
+        return 2
+    return 1
+
+
+def ws_consumer_registers(cfg: AttentionConfig, blocks_per_sm: int = 1) -> int:
+    """``setmaxnreg`` value for consumer warpgroups of the ``"ws"`` schedule, in registers
+    per thread: the block's share of the register file (:data:`REGS_PER_SM`) minus
+    :data:`WS_PRODUCER_REGS` per producer thread, a multiple of 8, <= 240."""
+    wgs = cfg.consumer_warpgroups
+    budget = (REGS_PER_SM // blocks_per_sm - 128 * WS_PRODUCER_REGS) // (128 * wgs)
+    return min(240, budget // 8 * 8)
+
+
+def _blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    if cfg.schedule == "ws":
+        return ws_blocks_per_sm(spec, cfg)
+    return 1
+
+
+def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
+    """A cheap relative cost (arbitrary units, lower is better) used to order configs.
+
+    Tensor-core time of the padded work divided by a per-schedule efficiency (from the
+    H200 measurements in TILELANG.md and the FlashAttention-3 paper), times the wave
+    quantisation factor, plus a per-key-tile overhead (barriers, O rescale).
+    """
+    dq, dv = padded_dim(spec.dqk), padded_dim(spec.dv)
+    m_tiles = ceil_div(spec.tq, cfg.block_m)
+    n_tiles = ceil_div(spec.tkv, cfg.block_n)
+    work = spec.batch * m_tiles * cfg.block_m * n_tiles * cfg.block_n * (dq + dv)
+    if cfg.schedule == "ws":
+        eff = 0.80 if cfg.pingpong and cfg.consumer_warpgroups >= 2 else 0.72
+        if cfg.consumer_warpgroups == 3:
+            eff -= 0.04  # fewer registers per thread (160)
+        if not cfg.early_rescale:
+            eff -= 0.01  # the O rescale sits on the critical path after PV
+    else:
+        eff = 0.60 if cfg.threads == 256 and cfg.stages >= 2 else 0.40
+    if _blocks_per_sm(spec, cfg) > 1:
+        eff += 0.04  # two co-resident blocks overlap each other's softmax and GEMMs
+    ctas = spec.batch * m_tiles
+    # The busiest SM runs ceil(ctas / NUM_SMS) blocks; time follows it, so an underfilled
+    # or ragged last wave costs as much as a full one.
+    wave_factor = ceil_div(ctas, NUM_SMS) * NUM_SMS / ctas
+    per_tile = spec.batch * m_tiles * n_tiles * cfg.block_m * dv * 24.0  # O rescale + sync
+    return (work / eff + per_tile) * wave_factor
+
+
+def _fits(spec: AttentionSpec, cfg: AttentionConfig) -> bool:
+    if attention_smem_bytes(spec, cfg) > SMEM_LIMIT_BYTES - 1024:
+        return False
+    regs = attention_registers_per_thread(spec, cfg)
+    if cfg.schedule == "ws":
+        if spec.dqk % 8 or spec.dv % 8:
+            return False  # TMA needs 16-byte global row strides
+        if cfg.block_n > 256 or padded_dim(spec.dqk) > 256 or padded_dim(spec.dv) > 256:
+            return False
+        return regs <= ws_consumer_registers(cfg, ws_blocks_per_sm(spec, cfg))
+    # pipelined: consumer threads share 64K registers with TileLang's 128-thread producer
+    return regs <= 240
+
+
+def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
+    """Configurations for ``spec``, pruned by shared memory (at most
+    :data:`SMEM_LIMIT_BYTES` - 1 KiB per block) and an estimated register budget,
+    deterministic, best first by :func:`attention_cost`.
+
+    15 configurations at the reference case (h16 t4096 d128): the ``"ws"`` schedule with
+    1-3 consumer warpgroups, ``block_n`` 64-176, 2-4 stages, ping-pong on and off, early
+    and late accumulator rescale, and three ``"pipelined"`` fallbacks.
+    """
+    cands: list[AttentionConfig] = []
+    ws_shapes = [
+        # (block_m, block_n, stages, pingpong, early_rescale)
+        (128, 128, 2, True, True),
+        (128, 128, 3, True, True),
+        (128, 176, 2, True, True),
+        (128, 128, 2, True, False),
+        (128, 128, 2, False, True),
+        (128, 176, 2, False, True),
+        (128, 96, 2, True, True),
+        (128, 64, 2, True, True),
+        (128, 64, 4, True, True),
+        (192, 96, 2, True, True),
+        (192, 64, 2, True, True),
+        (64, 64, 2, False, True),
+        (64, 128, 2, False, True),
+    ]
+    for bm, bn, st, pp, early in ws_shapes:
+        cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st,
+                                     threads=128 * (bm // 64 + 1), schedule="ws", pingpong=pp,
+                                     early_rescale=early))
+    for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
+        cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th,
+                                     schedule="pipelined"))
+
+    kept = [c for c in cands if _fits(spec, c)]
+    # Drop tiles far larger than the problem (keep the smallest that covers it).
+    if spec.tkv <= 64:
+        small = [c for c in kept if c.block_n <= 64]
+        kept = small or kept
+    if spec.tq <= 64:
+        small = [c for c in kept if c.block_m <= 64]
+        kept = small or kept
+    order = {c: i for i, c in enumerate(kept)}
+    kept.sort(key=lambda c: (attention_cost(spec, c), order[c]))
+    return kept
+

@@ -1,0 +1,259 @@
+"""The attention ``"ws"`` schedule: FlashAttention-3 style hand-written warp specialisation.
+
+One producer warpgroup issues TMA loads of Q once and of K/V into a ring of ``stages``
+shared-memory buffers guarded by full/empty mbarriers; ``block_m / 64`` consumer warpgroups
+(64 query rows each) run the GEMMs as asynchronous ``wgmma`` with intra-warpgroup overlap
+(``QK^T`` of tile ``j`` and ``PV`` of tile ``j-1`` are issued together; the softmax of tile
+``j`` runs while ``PV(j-1)`` is in flight), and with ``pingpong`` take turns issuing their
+GEMMs (named barriers), so that the softmax of one overlaps the GEMMs of the other.
+Registers are rebalanced with ``setmaxnreg`` (producer 24, consumers 240 / 160).
+
+:func:`write_ws_body` writes the prim_func body; :func:`.attention.attention_source` wraps
+it in the builder and signature and checks that the spec suits ``"ws"`` first.
+
+Sources: FlashAttention-3 (Shah et al. 2024, sections 3.1-3.2); CUTLASS's
+``warpgroup_fence_operand``.
+
+Owns: the ``"ws"`` body text. Imports the spec module, the resource models (for the
+register budget and blocks per SM), the online-softmax steps and the emitter; must not
+import :mod:`.attention` (which imports this).
+"""
+
+from __future__ import annotations
+
+from ..emit import Lines
+from .attention_online_softmax import write_normalise_and_store, write_softmax_update
+from .attention_space import WS_PRODUCER_REGS, ws_blocks_per_sm, ws_consumer_registers
+from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim
+from .tiling import ceil_div
+
+#: Named-barrier ids used by the ping-pong schedule (TileLang takes 0..2 for itself and
+#: allocates its partial ``bar.sync`` ids upwards from 3).
+PINGPONG_BARRIER_BASE = 12
+
+
+def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
+    """Write the prim_func body of the FlashAttention-3 style schedule at ``e``'s depth.
+
+    Threads ``[0, 128 * W)`` are W consumer warpgroups (warpgroup w owns query rows
+    ``[64 w, 64 w + 64)`` of the block), threads ``[128 W, 128 (W + 1))`` the producer.
+    Barriers (mbarriers in shared memory): ``q_full``; per ring slot ``k_full``/``v_full``
+    (producer arrival + TMA transaction bytes) and ``k_empty``/``v_empty`` (one arrival per
+    consumer thread). With n = ceil(t_kv / block_n) key tiles, each consumer warpgroup runs::
+
+        wait q_full, k_full[0];  [turn]  issue S = Q K_0^T  [pass turn]
+        wait S; release K_0; softmax_first(S) -> m, l; P = fp16(S)
+        for j in 1 .. n-1:
+            wait k_full[j];  [turn]  issue S = Q K_j^T;  acc *= alpha  (early_rescale)
+            wait v_full[j-1];  issue acc += P V_{j-1}  [pass turn]
+            wait S (wgmma.wait_group 1); release K_j
+            mask (j = n-1 only); softmax(S) -> alpha, m, l    # overlaps PV(j-1)
+            wait PV (wait_group 0); release V_{j-1};  [acc *= alpha (late)];  P = fp16(S)
+        wait v_full[n-1];  [turn]  acc *= alpha;  issue acc += P V_{n-1}  [pass turn]
+        wait; release V_{n-1};  O = acc * (1 / l)  -> shared (Q's tile) -> TMA store
+
+    ``[turn]``/``[pass turn]`` (ping-pong only) are ``bar.sync`` on the warpgroup's own named
+    barrier and ``bar.arrive`` on the next warpgroup's (256 threads each); the last
+    warpgroup pre-arrives once so warpgroup 0 starts, and skips its final hand-off.
+    """
+    dt = spec.dtype
+    bm, bn, st = cfg.block_m, cfg.block_n, cfg.stages
+    dq, dv = padded_dim(spec.dqk), padded_dim(spec.dv)
+    nwg = cfg.consumer_warpgroups
+    ncons = 128 * nwg
+    nk = ceil_div(spec.tkv, bn)
+    masked = spec.tkv % bn != 0
+    pp = cfg.pingpong and nwg >= 2
+    o_buf = o_staging(spec)
+    qcols = ", :" if dq == spec.dqk else f", 0:{dq}"
+    vcols = ", :" if dv == spec.dv else f", 0:{dv}"
+    blocks_per_sm = ws_blocks_per_sm(spec, cfg)
+    nreg = ws_consumer_registers(cfg, blocks_per_sm)
+    # wgmma accumulators/operands are written asynchronously: after each wait, an empty
+    # asm fence on the per-thread registers keeps NVCC from hoisting their uses above the
+    # wait (CUTLASS's warpgroup_fence_operand). Counts are 32-bit registers per thread.
+    fence_s = f"T.warpgroup_fence_operand(acc_s, num_regs={bm * bn // ncons})"
+    fence_p = f"T.warpgroup_fence_operand(acc_p, num_regs={bm * bn // ncons // 2})"
+    fence_o = f"T.warpgroup_fence_operand(acc_o, num_regs={bm * dv // ncons})"
+
+    def kslice(idx: str) -> str:
+        return f"K_s[{idx}, :, :]"
+
+    def vslice(idx: str) -> str:
+        return f"V_s[{idx}, :, :]"
+
+    def stage(k: str) -> str:
+        return f"({k}) % {st}" if st > 1 else "0"
+
+    def parity(k: str) -> str:
+        return f"(({k}) // {st}) % 2" if st > 1 else f"({k}) % 2"
+
+    # ---- producer warpgroup: TMA loads of Q once, then K and V through the ring in the
+    # order the consumers use them: K_0, then (K_{k+1}, V_k) for each k, so each K load is
+    # issued as soon as its slot frees, one tile ahead of the V it is paired with.
+    def load_k(kk: str) -> None:
+        e(f"T.mbarrier_wait_parity(k_empty[{stage(kk)}], {parity(kk)} ^ 1)")
+        e(f"T.tma_copy(K[bz, ({kk}) * {bn}:({kk} + 1) * {bn}{qcols}], {kslice(stage(kk))}, "
+          f"barrier=k_full[{stage(kk)}])")
+        e(f"T.mbarrier_arrive(k_full[{stage(kk)}])")
+
+    def load_v(kk: str) -> None:
+        e(f"T.mbarrier_wait_parity(v_empty[{stage(kk)}], {parity(kk)} ^ 1)")
+        e(f"T.tma_copy(V[bz, ({kk}) * {bn}:({kk} + 1) * {bn}{vcols}], {vslice(stage(kk))}, "
+          f"barrier=v_full[{stage(kk)}])")
+        e(f"T.mbarrier_arrive(v_full[{stage(kk)}])")
+
+    # ---- ping-pong turns between the consumer warpgroups
+    def pp_sync() -> None:
+        if not pp:
+            return
+        for w in range(nwg):
+            cond = "if" if w == 0 else "elif"
+            if w == nwg - 1:
+                e("else:")
+            else:
+                e(f"{cond} tx < {128 * (w + 1)}:")
+            with e.indent():
+                e(f"T.sync_threads({PINGPONG_BARRIER_BASE + w}, 256)")
+
+    def pp_arrive(last: bool) -> None:
+        # Warpgroup w hands the tensor cores to warpgroup (w + 1) % nwg. On the last phase
+        # the final warpgroup's hand-off (to warpgroup 0, which is done) is skipped so that
+        # every bar.arrive is matched by a bar.sync.
+        if not pp:
+            return
+        for w in range(nwg):
+            if last and w == nwg - 1:
+                continue
+            lo, hi = 128 * w, 128 * (w + 1)
+            conds = []
+            if lo > 0:
+                conds.append(f"tx >= {lo}")
+            if hi < ncons:
+                conds.append(f"tx < {hi}")
+            nxt = PINGPONG_BARRIER_BASE + (w + 1) % nwg
+            if conds:
+                e(f"if {' and '.join(conds)}:")
+                with e.indent():
+                    e(f"T.named_barrier_arrive({nxt}, 256)")
+            else:
+                e(f"T.named_barrier_arrive({nxt}, 256)")
+
+    def rescale_o() -> None:
+        e(f"for i, j in T.Parallel({bm}, {dv}):")
+        with e.indent():
+            e("acc_o[i, j] = acc_o[i, j] * alpha[i]")
+
+    e(f"with T.Kernel({ceil_div(spec.tq, bm)}, {spec.batch}, threads={cfg.threads}) as (bx, bz):")
+    with e.indent():
+        if blocks_per_sm > 1:
+            e(f"T.annotate_min_blocks_per_sm({blocks_per_sm})")
+        e(f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
+        e(f'K_s = T.alloc_shared(({st}, {bn}, {dq}), "{dt}")')
+        e(f'V_s = T.alloc_shared(({st}, {bn}, {dv}), "{dt}")')
+        if o_buf == "O_s":
+            e(f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
+        e(f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
+        e(f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
+        e(f'acc_o = T.alloc_fragment(({bm}, {dv}), "float32")')
+        # alpha, msc_prev and rsum only exist with more than one key tile (a fragment that
+        # is never read fails TileLang's layout inference).
+        row_state = (("m", "msc", "msc_prev", "alpha", "rsum", "l", "rinv") if nk > 1
+                     else ("m", "msc", "l", "rinv"))
+        for name in row_state:
+            e(f'{name} = T.alloc_fragment(({bm},), "float32")')
+        e("q_full = T.alloc_barrier(128)")
+        e(f"k_full = T.alloc_barrier([128] * {st})")
+        e(f"v_full = T.alloc_barrier([128] * {st})")
+        e(f"k_empty = T.alloc_barrier([{ncons}] * {st})")
+        e(f"v_empty = T.alloc_barrier([{ncons}] * {st})")
+        e("tx = T.get_thread_binding()")
+
+        # ---- producer warpgroup
+        e(f"if tx >= {ncons}:")
+        with e.indent():
+            e(f"T.set_max_nreg({WS_PRODUCER_REGS}, 0)")
+            e(f"T.tma_copy(Q[bz, bx * {bm}:(bx + 1) * {bm}{qcols}], Q_s, barrier=q_full)")
+            e("T.mbarrier_arrive(q_full)")
+            load_k("0")
+            if nk > 1:
+                e(f"for k in T.serial({nk - 1}):")
+                with e.indent():
+                    load_k("k + 1")
+                    load_v("k")
+            load_v(str(nk - 1))
+
+        # ---- consumer warpgroups
+        e("else:")
+        with e.indent():
+            e(f"T.set_max_nreg({nreg}, 1)")
+            e("T.fill(acc_o, 0.0)")
+            if nk > 1:
+                e("T.fill(alpha, 1.0)")
+            e('T.fill(m, -T.infinity("float32"))')
+            if pp:
+                # The last warpgroup lets warpgroup 0 issue first.
+                e(f"if tx >= {128 * (nwg - 1)}:")
+                with e.indent():
+                    e(f"T.named_barrier_arrive({PINGPONG_BARRIER_BASE}, 256)")
+            e("T.mbarrier_wait_parity(q_full, 0)")
+            # prologue: S_0 = Q K_0^T, softmax of tile 0
+            e("T.mbarrier_wait_parity(k_full[0], 0)")
+            pp_sync()
+            e(f"T.wgmma_gemm(Q_s, {kslice('0')}, acc_s, transpose_B=True, clear_accum=True, "
+              "policy=T.GemmWarpPolicy.FullRow)")
+            pp_arrive(last=False)
+            e("T.wait_wgmma(0)")
+            e(fence_s)
+            e("T.mbarrier_arrive(k_empty[0])")
+            write_softmax_update(e, spec, cfg, first=True,
+                                 mask_tile="0" if masked and nk == 1 else None, mask_guard=None)
+            e("T.copy(acc_s, acc_p)")
+            # steady state: issue S_k = Q K_k^T and acc += P_{k-1} V_{k-1}; softmax(S_k) runs
+            # while PV(k-1) is in flight (FlashAttention-3 intra-warpgroup overlap). With
+            # early_rescale the accumulator is rescaled by alpha_{k-1} between the two
+            # issues, while the tensor cores run QK^T (FlashAttention-3 order); otherwise by
+            # alpha_k after PV(k-1) completes.
+            if nk > 1:
+                e(f"for k in T.serial(1, {nk}):")
+                with e.indent():
+                    e(f"T.mbarrier_wait_parity(k_full[{stage('k')}], {parity('k')})")
+                    pp_sync()
+                    e(f"T.wgmma_gemm(Q_s, {kslice(stage('k'))}, acc_s, transpose_B=True, "
+                      "clear_accum=True, policy=T.GemmWarpPolicy.FullRow)")
+                    if cfg.early_rescale:
+                        rescale_o()
+                    e(f"T.mbarrier_wait_parity(v_full[{stage('k - 1')}], {parity('k - 1')})")
+                    e(f"T.wgmma_gemm(acc_p, {vslice(stage('k - 1'))}, acc_o, "
+                      "policy=T.GemmWarpPolicy.FullRow)")
+                    pp_arrive(last=False)
+                    e("T.wait_wgmma(1)")
+                    e(fence_s)
+                    e(f"T.mbarrier_arrive(k_empty[{stage('k')}])")
+                    write_softmax_update(e, spec, cfg, first=False,
+                                         mask_tile="k" if masked else None,
+                                         mask_guard=f"k == {nk - 1}" if masked else None)
+                    e(f"for i in T.Parallel({bm}):")
+                    with e.indent():
+                        e("l[i] = l[i] * alpha[i] + rsum[i]")
+                    e("T.wait_wgmma(0)")
+                    e(fence_o)
+                    e(fence_p)
+                    e(f"T.mbarrier_arrive(v_empty[{stage('k - 1')}])")
+                    if not cfg.early_rescale:
+                        rescale_o()
+                    e("T.copy(acc_s, acc_p)")
+            # epilogue: acc += P_last V_last
+            last = str(nk - 1)
+            e(f"T.mbarrier_wait_parity(v_full[{stage(last)}], {parity(last)})")
+            pp_sync()
+            if cfg.early_rescale and nk > 1:
+                rescale_o()
+            e(f"T.wgmma_gemm(acc_p, {vslice(stage(last))}, acc_o, "
+              "policy=T.GemmWarpPolicy.FullRow)")
+            pp_arrive(last=True)
+            e("T.wait_wgmma(0)")
+            e(fence_o)
+            e(fence_p)
+            e(f"T.mbarrier_arrive(v_empty[{stage(last)}])")
+            write_normalise_and_store(e, spec, cfg, o_buf)

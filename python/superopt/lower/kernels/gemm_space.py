@@ -1,0 +1,152 @@
+"""The GEMM family's configuration space and the cost model that orders it.
+
+:func:`gemm_config_space` enumerates tile shapes × stages × thread counts × schedules
+(``"auto"`` with optional raster swizzle or persistence, ``"ws"`` with 1- or 2-CTA
+clusters), keeps those :func:`~.gemm_spec.check_config` accepts, and orders them by
+:func:`gemm_cost_clk`, a per-K-step roofline of one block (tensor cores, shared memory, L2)
+in SM clocks.
+
+Sources: H100/H200 rates (2048 dense fp16 FMA per SM clock: 989 TFLOP/s at 1.83 GHz over
+:data:`~.gemm_spec.NUM_SMS` SMs; 128 B/clk shared memory per SM); the L2 and overhead
+figures are round model numbers, good for ordering, not prediction.
+
+Owns: the space and the cost model. Imports the spec module (:mod:`.gemm_spec`) and the
+dtypes; must not import a source writer.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ...dtypes import itemsize
+from ...errors import LoweringError
+from .gemm_spec import NUM_SMS, GemmConfig, GemmSpec, check_config, check_spec
+from .tiling import ceil_div
+
+#: Tensor-core rate of one H100/H200 SM, dense fp16/bf16: 2048 FMA per clock
+#: (989 TFLOP/s at 1.83 GHz over the NUM_SMS SMs of an H100/H200 SXM).
+_FMA_PER_CLK = 2048
+#: Shared-memory bandwidth of one SM, bytes per clock.
+_SMEM_BYTES_PER_CLK = 128
+#: L2 → SM bandwidth available to one SM when all load at once, bytes per clock (a round
+#: model figure: about 14 TB/s over NUM_SMS SMs at 1.65 GHz).
+_L2_BYTES_PER_CLK = 64
+#: Fixed cost per K step (mbarrier wait/arrive, descriptor set-up, wgmma fence/wait), clocks.
+_KSTEP_OVERHEAD_CLK = 64
+#: Fixed cost per tile: pipeline fill latency plus the epilogue, clocks.
+_TILE_OVERHEAD_CLK = 3000
+
+_BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
+_BLOCK_K_CHOICES = (64, 128)
+_STAGE_CHOICES = (2, 3, 4, 5)
+
+
+def _warpgroup_tile(cfg: GemmConfig) -> tuple[int, int]:
+    """(rows, cols) of the block one consumer warpgroup computes under ``cfg.policy``.
+
+    Mirrors TileLang 0.1.15's ``GemmWarpPolicy`` on sm_90 (checked on the generated
+    ``wgmma_ss<..., M, N, K>`` instantiations): FullRow splits the rows, FullCol the
+    columns, Square the longer side.
+    """
+    wgs = cfg.threads // 128
+    if cfg.policy == "full_row" or (cfg.policy == "square" and cfg.block_m >= cfg.block_n * wgs):
+        return cfg.block_m // wgs, cfg.block_n
+    if cfg.policy == "square" and cfg.block_m // 64 >= wgs and cfg.block_m >= cfg.block_n:
+        return cfg.block_m // wgs, cfg.block_n
+    return cfg.block_m, cfg.block_n // wgs
+
+
+def gemm_cost_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> float:
+    """A cheap time estimate of one launch, in SM clocks (for ordering, not prediction).
+
+    Per K step a block is bound by the tensor cores (``block_m·block_n·block_k`` FMAs per
+    GEMM at 2048 FMA/clk) or by shared memory (each ``wgmma m64nNk16`` reads its 64×16 A
+    and 16×N B slices; TMA writes the A/B tiles; the sum-of-squares reads the A tile
+    again), plus a fixed synchronisation cost; tiles run in waves of ``num_sms``.
+    """
+    n_gemm = 2 if spec.dual else 1
+    ib = itemsize(spec.dtype)
+    wg_m, wg_n = _warpgroup_tile(cfg)
+    wgs = cfg.threads // 128
+    atoms = max(wg_m // 64, 1)
+    tensor = n_gemm * cfg.block_m * cfg.block_n * cfg.block_k / _FMA_PER_CLK
+    k16 = cfg.block_k // 16
+    if spec.dual and cfg.dual_mode == "concat":
+        # One wgmma over [B | B2]: the A slice is read once for both products.
+        operand_reads = wgs * atoms * k16 * (64 * 16 + 16 * 2 * wg_n) * ib
+    else:
+        operand_reads = wgs * n_gemm * atoms * k16 * (64 * 16 + 16 * wg_n) * ib
+    tma_writes = (cfg.block_m + n_gemm * cfg.block_n) * cfg.block_k * ib
+    sumsq_reads = cfg.block_m * cfg.block_k * ib if spec.a_row_sumsq else 0
+    smem = (operand_reads + tma_writes + sumsq_reads) / _SMEM_BYTES_PER_CLK
+    ksteps = ceil_div(spec.k, cfg.block_k) if spec.k else 0
+    # Fewer stages than needed to cover the ~1 µs TMA latency stall the ring.
+    stall = 1.0 + 0.08 * max(0, 3 - cfg.stages)
+    # "ws" keeps one wgmma batch in flight instead of draining the tensor pipe every K
+    # step; a 2-CTA cluster halves the L2 reads of B (multicast).
+    overhead = _KSTEP_OVERHEAD_CLK / 2 if cfg.schedule == "ws" else _KSTEP_OVERHEAD_CLK
+    b_bytes = n_gemm * cfg.block_n * cfg.block_k * ib / cfg.cluster_m
+    l2 = (cfg.block_m * cfg.block_k * ib + b_bytes) / _L2_BYTES_PER_CLK
+    mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)
+    tiles = spec.batch * ceil_div(spec.m, cfg.block_m) * ceil_div(spec.n, cfg.block_n)
+    waves = ceil_div(tiles, num_sms)
+    if cfg.persistent:  # later tiles' fill and epilogue mostly hide under the mainloop
+        return waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1))
+    return waves * (mainloop + _TILE_OVERHEAD_CLK)
+
+
+def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig]:
+    """Candidate configs for ``spec``, pruned and ordered best-first; deterministic.
+
+    Every candidate uses the FullRow warp policy (each consumer warpgroup issues
+    ``wgmma m64nNk16`` over the whole tile width, the fewest shared-memory operand reads
+    per FMA; ``"square"`` and ``"full_col"`` stay available to explicit configs). Pruned:
+    shared memory over :data:`~.gemm_spec.SMEM_LIMIT_BYTES`, accumulators over
+    :data:`~.gemm_spec.ACCUM_REGS_LIMIT` registers per consumer thread, ``block_n ≡ 8
+    (mod 16)``, every other config :func:`~.gemm_spec.check_config` refuses, tiles far
+    larger than the problem. When the tiles take more than one wave, each shape
+    also comes with a rasterisation swizzle and as a persistent kernel. Ordered by
+    :func:`gemm_cost_clk`, ties broken towards concat duals, a rasterisation swizzle,
+    more stages and smaller tiles.
+
+    Args:
+        spec: the GEMM.
+        limit: keep the best ``limit`` configs (``None``: all).
+
+    Raises:
+        LoweringError: an invalid spec.
+    """
+    check_spec(spec)
+    m_cap = max(64, 1 << (spec.m - 1).bit_length())
+    n_cap = max(64, 1 << (spec.n - 1).bit_length())
+    modes = ("concat", "split") if spec.dual else ("concat",)
+    shapes = [(threads, bm, bn, bk, stages)
+              for threads, block_ms in ((128, (64, 128)), (256, (128, 256)), (384, (192,)))
+              for bm in block_ms if bm <= 2 * m_cap
+              for bn in _BLOCK_N_CHOICES if bn <= 2 * n_cap
+              for bk in _BLOCK_K_CHOICES
+              for stages in _STAGE_CHOICES]
+    cands: dict[GemmConfig, None] = {}
+    for threads, bm, bn, bk, stages in shapes:
+        tiles = ceil_div(spec.m, bm) * ceil_div(spec.n, bn) * spec.batch
+        # Raster order and persistence only matter when the tiles take several waves.
+        schedules = ((0, False), (8, False), (0, True)) if tiles > NUM_SMS else ((0, False),)
+        variants = [GemmConfig(bm, bn, bk, stages, threads, swizzle, "full_row",
+                               dual_mode=mode, persistent=persistent)
+                    for (swizzle, persistent), mode in itertools.product(schedules, modes)]
+        variants += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
+                                cluster_m=cm) for cm in (2, 1)]
+        for cfg in variants:
+            try:
+                check_config(spec, cfg)
+            except LoweringError:
+                continue
+            cands[cfg] = None
+
+    def key(c: GemmConfig) -> tuple:
+        return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
+                -c.cluster_m, -c.swizzle_panel, -c.stages, c.block_m * c.block_n, c.block_k,
+                c.threads, c.block_m, c.block_n)
+
+    ordered = sorted(cands, key=key)
+    return ordered if limit is None else ordered[:limit]

@@ -1,0 +1,337 @@
+"""What one GEMM kernel computes (:class:`GemmSpec`), one schedule of it (:class:`GemmConfig`),
+and whether the schedule fits: the checks and the resource models behind them.
+
+The GEMM template, with a leading batch axis on every tensor (size 1 when the graph has
+none)::
+
+    acc [b, m, n]  = A [b, m, k] @ B [b, k, n]      (B as [b, n, k] when ``b_layout == "nk"``)
+    acc2[b, m, n]  = A @ B2                          (``dual``: FFN gate/up, sharing each A tile)
+    ss  [b, m]     = sum_k float(A[b, m, k])^2       (``a_row_sumsq``: FlashNorm's RMS statistic)
+    C   [b, m, n]  = epilogue(acc, acc2, ss, row inputs [b, m])
+
+A, B, B2 are a storage dtype (:data:`superopt.dtypes.STORAGE_DTYPES`: fp16 or bf16),
+accumulation is fp32, C is a storage dtype or fp32. All tensors are contiguous row-major.
+
+Public API: :class:`GemmSpec`, :class:`GemmConfig`, :func:`check_spec`, :func:`check_config`;
+the models behind the pruning: :func:`gemm_smem_bytes`, :func:`gemm_accum_registers`,
+:func:`gemm_block_threads`, :func:`gemm_register_cap`, :func:`gemm_tma_operands`.
+
+Sources: the TileLang 0.1.15 lowering measured in ``../shared/design/TILELANG.md``; the
+sm_90 pitfalls listed there (block_n ≡ 8 mod 16, one fragment per GEMM when two GEMMs
+share a loop) and the ones measured on the H200 (bench/results) are enforced by
+:func:`check_config`.
+
+Owns: the GEMM family's spec, config and fit. Imports :mod:`superopt.errors`,
+:mod:`superopt.dtypes`, the target (:mod:`superopt.lower.target`) and the shared checks;
+must not import a source writer (:mod:`.gemm`, :mod:`.gemm_ws_schedule`) or the
+configuration space (:mod:`.gemm_space`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...dtypes import itemsize
+from ...errors import LoweringError
+from ..target import HOPPER
+from .spec_checks import check_dtype, check_identifier, format_fields
+from .tiling import ceil_div
+
+#: Shared memory one block may use (227 KiB opt-in maximum on sm_90; :mod:`..target`).
+SMEM_LIMIT_BYTES = HOPPER.smem_per_block_bytes
+#: fp32 accumulator registers (acc [+ acc2] + sum-of-squares partials) per consumer thread,
+#: at most. A 128×256 fp32 tile over 256 threads (128) is the classic Hopper maximum.
+ACCUM_REGS_LIMIT = 144
+#: Registers a thread needs beside its accumulators (descriptors, addresses, epilogue).
+_NON_ACCUM_REGS = 32
+#: Streaming multiprocessors of the target (:mod:`..target`).
+NUM_SMS = HOPPER.num_sms
+
+#: :attr:`GemmConfig.policy` → the ``T.GemmWarpPolicy`` member it writes.
+WARP_POLICIES = {"square": "Square", "full_row": "FullRow", "full_col": "FullCol"}
+#: A elements one thread squares per step of the sum-of-squares (16 bytes of fp16).
+SUMSQ_VECTOR = 8
+_RESERVED = {"A", "B", "B2", "C", "T", "tilelang", "acc", "acc2", "ss"}
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """What one GEMM kernel computes; sizes are baked into the kernel as literals.
+
+    Attributes:
+        batch: leading batch extent of every tensor (>= 1; 1 when there is no batch axis).
+        m, n: output rows and columns (>= 1).
+        k: contracted extent (>= 0; ``k == 0`` writes ``epilogue`` of a zero accumulator).
+        b_layout: ``"kn"``: B is ``[batch, k, n]``; ``"nk"``: B is ``[batch, n, k]``.
+        dual: a second operand B2 (same shape and layout as B) multiplied by the same A
+            tiles into a second fp32 accumulator ``acc2``.
+        a_row_sumsq: also accumulate ``ss[b, i] = sum_k float(A[b, i, k])**2`` in fp32 from
+            the A tiles already in shared memory.
+        row_inputs: names of extra fp32 inputs, each ``[batch, m]``, readable in the
+            epilogue as ``{name}``.
+        epilogue: a TileLang fp32 expression with format fields ``{acc}``, ``{acc2}``,
+            ``{ss}`` and ``{<row input>}``; e.g. ``"{acc} * T.sigmoid({acc}) * {acc2}"``.
+        dtype: A, B, B2 element type, ``"float16"`` or ``"bfloat16"``.
+        out_dtype: C element type, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+        name: Python identifier; the generated builder is ``build_<name>``.
+    """
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    b_layout: str
+    dual: bool = False
+    a_row_sumsq: bool = False
+    row_inputs: tuple[str, ...] = ()
+    epilogue: str = "{acc}"
+    dtype: str = "float16"
+    out_dtype: str = "float16"
+    name: str = "gemm"
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One schedule of the GEMM template.
+
+    Attributes:
+        block_m, block_n, block_k: the output tile (block_m × block_n) and the K step.
+        stages: depth of the shared-memory ring the producer warpgroup fills with TMA.
+        threads: consumer threads, 128, 256 or 384 (one wgmma warpgroup per 128); TileLang
+            adds a 128-thread TMA producer warpgroup, so the block usually launches
+            ``threads + 128`` (:func:`gemm_block_threads`).
+        swizzle_panel: 0 = blocks in launch order; else ``T.use_swizzle(panel)`` raster
+            order, so that consecutive blocks share B column panels in L2.
+        policy: how the consumer warpgroups split the tile (``T.GemmWarpPolicy``):
+            ``"full_row"`` (each warpgroup owns whole rows: ``wgmma m64nNk16`` with N the
+            whole tile width, the fewest shared-memory operand reads per FMA),
+            ``"square"`` (TileLang's default) or ``"full_col"``.
+        store: ``"tma"``: C goes fragment → shared (``stmatrix``) → global (TMA bulk
+            store, clipped at the tensor edge); ``"direct"``: fragment → global with
+            predicated register stores.
+        dual_mode: how a dual GEMM multiplies (ignored otherwise). ``"concat"``: B and B2
+            tiles land side by side in one ``[block_k, 2·block_n]`` shared tile and one
+            ``wgmma m64n(2·block_n)k16`` per warpgroup computes both, so the A slice is
+            read once per instruction (needs ``block_n <= 128``); the two column halves of
+            the accumulator become ``acc`` and ``acc2`` by register renaming. ``"split"``:
+            two ``T.gemm`` calls into two fragments.
+        persistent: launch ``min(tiles, NUM_SMS)`` blocks that walk the tiles with
+            ``T.Persistent`` (grouped raster order, ``swizzle_panel`` column tiles per
+            group, or the largest of 8/4/2/1 dividing the column tiles when 0). The K ring
+            then stays apart from the C staging tile, so the next tile's loads overlap this
+            tile's epilogue; worth it when the tiles take several waves.
+        schedule: ``"auto"``: ``T.Pipelined`` + ``T.gemm``, warp-specialised by TileLang
+            (:mod:`.gemm`); ``"ws"``: the hand-written producer/consumer schedule of
+            :mod:`.gemm_ws_schedule` (one wgmma batch kept in flight across K steps).
+        cluster_m: ``"ws"`` only: CTAs per cluster along the row tiles (1 or 2); with 2,
+            each B tile is loaded once and multicast to both CTAs.
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    threads: int
+    swizzle_panel: int = 0
+    policy: str = "full_row"
+    store: str = "tma"
+    dual_mode: str = "concat"
+    persistent: bool = False
+    schedule: str = "auto"
+    cluster_m: int = 1
+
+
+def check_spec(spec: GemmSpec) -> None:
+    """Validate a spec.
+
+    Raises:
+        LoweringError: a size out of range, an unknown layout or dtype, a bad name, or an
+            epilogue that names a field the spec does not provide.
+    """
+    if spec.batch < 1 or spec.m < 1 or spec.n < 1 or spec.k < 0:
+        raise LoweringError(
+            f"GEMM sizes must be batch, m, n >= 1 and k >= 0; got batch={spec.batch} "
+            f"m={spec.m} n={spec.n} k={spec.k}")
+    if spec.b_layout not in ("kn", "nk"):
+        raise LoweringError(f"b_layout must be 'kn' or 'nk', got {spec.b_layout!r}")
+    check_dtype(spec.dtype, "GEMM operand dtype")
+    check_dtype(spec.out_dtype, "GEMM out_dtype", float32=True)
+    check_identifier(spec.name, "kernel name")
+    for r in spec.row_inputs:
+        check_identifier(r, "row input")
+        if r in _RESERVED or r.startswith(("build_", "_")):
+            raise LoweringError(f"row input name {r!r} is reserved")
+    if len(set(spec.row_inputs)) != len(spec.row_inputs):
+        raise LoweringError(f"duplicate row input names {spec.row_inputs}")
+    allowed = {"acc"} | ({"acc2"} if spec.dual else set()) | ({"ss"} if spec.a_row_sumsq else set())
+    allowed |= set(spec.row_inputs)
+    for field in format_fields(spec.epilogue, "epilogue"):
+        if field not in allowed:
+            raise LoweringError(
+                f"epilogue {spec.epilogue!r} uses {{{field}}}, but this GEMM provides only "
+                f"{sorted(allowed)}")
+
+
+def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
+    """Validate a config for a spec (hardware limits and known TileLang sm_90 pitfalls).
+
+    Raises:
+        LoweringError: tile sizes not multiples of the wgmma atom, ``block_n ≡ 8 (mod 16)``
+            (wrong results on sm_90, tile-ai/tilelang#2593), shared memory over
+            :data:`SMEM_LIMIT_BYTES`, accumulators over ``min(ACCUM_REGS_LIMIT,
+            gemm_register_cap(spec, cfg) - 32)`` registers per consumer thread, or a
+            combination of options that TileLang 0.1.15 miscompiles (see the comments).
+    """
+    if cfg.threads not in (128, 256, 384):
+        raise LoweringError(f"threads must be 128, 256 or 384 consumer threads, got {cfg.threads}")
+    wgs = cfg.threads // 128
+    if cfg.policy not in WARP_POLICIES:
+        raise LoweringError(f"policy must be one of {sorted(WARP_POLICIES)}, got {cfg.policy!r}")
+    if cfg.store not in ("tma", "direct"):
+        raise LoweringError(f"store must be 'tma' or 'direct', got {cfg.store!r}")
+    if cfg.dual_mode not in ("concat", "split"):
+        raise LoweringError(f"dual_mode must be 'concat' or 'split', got {cfg.dual_mode!r}")
+    if spec.dual and cfg.dual_mode == "concat":
+        if 2 * cfg.block_n > 256:
+            raise LoweringError(f"dual_mode 'concat' needs 2 * block_n <= 256 (one wgmma), "
+                                f"got block_n={cfg.block_n}")
+        if cfg.block_n < 128:
+            # Measured on an H200 (bench/results/2026-11-30-run3, -run4, -run6): every dual
+            # concat kernel with block_n = 64 was wrong or NaN (relerr ~1, at n = 256, 700,
+            # 1024, 2048), every one with block_n = 128 right; the two 64-wide halves of one
+            # 128-wide wgmma accumulator are split wrongly. "split" covers narrow tiles.
+            raise LoweringError(f"dual_mode 'concat' needs block_n >= 128 (narrower concat "
+                                f"tiles miscompute on sm_90), got {cfg.block_n}")
+        if spec.b_layout == "nk" and cfg.block_k > 64:
+            # Each half is then two 128-byte swizzle atoms wide along k; TileLang 0.1.15
+            # cannot address such a half-tile with TMA ("SMEM layout is not a bijection").
+            raise LoweringError(f"dual_mode 'concat' with b_layout 'nk' needs block_k <= 64, "
+                                f"got {cfg.block_k}")
+    if cfg.schedule not in ("auto", "ws"):
+        raise LoweringError(f"schedule must be 'auto' or 'ws', got {cfg.schedule!r}")
+    if cfg.cluster_m not in (1, 2):
+        raise LoweringError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
+    if cfg.schedule == "ws":
+        if cfg.persistent or spec.a_row_sumsq or spec.k == 0:
+            raise LoweringError("schedule 'ws' supports neither persistent, a_row_sumsq nor k == 0")
+        if not all(gemm_tma_operands(spec)):
+            raise LoweringError("schedule 'ws' needs TMA-loadable operands (16-byte row pitch)")
+        if cfg.store != "tma" or cfg.policy != "full_row" or cfg.swizzle_panel:
+            raise LoweringError("schedule 'ws' needs store 'tma', policy 'full_row' and "
+                                "swizzle_panel 0")
+        if cfg.stages < 2:
+            # one slot: the consumer waits for step 1's data before releasing step 0's slot,
+            # which the producer needs to load step 1 (deadlock)
+            raise LoweringError(f"schedule 'ws' needs stages >= 2, got {cfg.stages}")
+        if spec.dual:
+            # Measured on an H200 (bench/results/2026-11-30-run8): every dual "ws" kernel
+            # hit an illegal address. TileLang 0.1.15 infers the split halves' fragment
+            # layout from the 2·block_n-wide accumulator inside the consumer branch, and
+            # the C staging loop then runs past the block_m × block_n shared tile.
+            raise LoweringError("schedule 'ws' does not support dual GEMMs (the epilogue "
+                                "of the split accumulator overruns shared memory)")
+        if ceil_div(spec.m, cfg.block_m) % cfg.cluster_m:
+            raise LoweringError(f"cluster_m={cfg.cluster_m} must divide the "
+                                f"{ceil_div(spec.m, cfg.block_m)} row tiles")
+    elif cfg.cluster_m != 1:
+        raise LoweringError("cluster_m > 1 needs schedule 'ws'")
+    if cfg.block_m % 64 or cfg.block_m < 64:
+        raise LoweringError(f"block_m must be a multiple of 64 (wgmma M), got {cfg.block_m}")
+    if cfg.block_n % 16 or not 16 <= cfg.block_n <= 256:
+        raise LoweringError(
+            f"block_n must be a multiple of 16 in [16, 256] (block_n ≡ 8 mod 16 miscomputes "
+            f"on sm_90), got {cfg.block_n}")
+    if cfg.block_k % 16 or not 16 <= cfg.block_k <= 256:
+        raise LoweringError(f"block_k must be a multiple of 16 in [16, 256], got {cfg.block_k}")
+    if cfg.stages < 1 or cfg.stages > 8:
+        raise LoweringError(f"stages must be in [1, 8], got {cfg.stages}")
+    if cfg.swizzle_panel < 0:
+        raise LoweringError(f"swizzle_panel must be >= 0, got {cfg.swizzle_panel}")
+    # How the consumer warpgroups tile the block: each one needs whole wgmma atoms.
+    if cfg.policy == "full_row" and cfg.block_m % (64 * wgs):
+        raise LoweringError(f"full_row needs block_m % {64 * wgs} == 0, got {cfg.block_m}")
+    if cfg.policy == "full_col" and (cfg.block_m % 64 or cfg.block_n % (16 * wgs)):
+        raise LoweringError(f"full_col needs block_n % {16 * wgs} == 0, got {cfg.block_n}")
+    regs = gemm_accum_registers(spec, cfg)
+    limit = min(ACCUM_REGS_LIMIT, gemm_register_cap(spec, cfg) - _NON_ACCUM_REGS)
+    if cfg.persistent and spec.dual and cfg.dual_mode == "concat":
+        # Measured (ptxas -v): 128 concat accumulators inside the persistent tile loop
+        # spill 56-76 bytes; 64 do not.
+        limit -= 32
+    if regs > limit:
+        raise LoweringError(
+            f"{regs} accumulator registers per consumer thread > {limit} "
+            f"(tile {cfg.block_m}x{cfg.block_n}, {cfg.threads} threads, dual={spec.dual})")
+    smem = gemm_smem_bytes(spec, cfg)
+    if smem > SMEM_LIMIT_BYTES:
+        raise LoweringError(f"{smem} bytes of shared memory > {SMEM_LIMIT_BYTES}")
+
+
+def gemm_tma_operands(spec: GemmSpec) -> tuple[bool, bool]:
+    """Whether TMA can load A, and B (and B2): a row pitch that is a multiple of 16 bytes."""
+    ib = itemsize(spec.dtype)
+    b_pitch = (spec.n if spec.b_layout == "kn" else spec.k) * ib
+    return (spec.k * ib) % 16 == 0, b_pitch % 16 == 0
+
+
+def gemm_block_threads(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Threads TileLang 0.1.15 launches per block for this kernel (checked on its output).
+
+    With every operand loaded by TMA, it warp-specialises: ``threads`` consumers plus one
+    128-thread producer warpgroup. With none (e.g. fp16 k = 129) it software-pipelines
+    ``cp.async`` copies in the ``threads`` threads. With a mix (e.g. kn, n = 129) it adds a
+    SIMT producer of ``threads`` threads (``2·threads``, no ``setmaxnreg``). k == 0 has no
+    loads: ``threads``.
+    """
+    a_tma, b_tma = gemm_tma_operands(spec)
+    if spec.k == 0 or not (a_tma or b_tma):
+        return cfg.threads
+    return cfg.threads + 128 if a_tma and b_tma else 2 * cfg.threads
+
+
+def gemm_register_cap(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Registers per thread ptxas may use: the register file (``HOPPER.regs_per_sm``, 64 K)
+    over :func:`gemm_block_threads`, a multiple of 8, at most 255.
+
+    168 for 256 consumers plus the producer warpgroup, 128 for 384 (or for 256 with a SIMT
+    producer). Measured with ``ptxas -v`` on 0.1.15 output: 128×256 fp32 accumulators
+    over 256 consumers compile to 168 registers without spills; 192×256 over 384 consumers
+    fails (ptxas C7602, needs 154 > 128).
+    """
+    return min(255, HOPPER.regs_per_sm // gemm_block_threads(spec, cfg) // 8 * 8)
+
+
+def gemm_accum_registers(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """fp32 registers per consumer thread held by accumulators (acc, acc2, sum-of-squares)."""
+    per_acc = cfg.block_m * cfg.block_n // cfg.threads
+    regs = per_acc * (2 if spec.dual else 1)
+    if spec.a_row_sumsq:
+        regs += cfg.block_m * (cfg.block_k // SUMSQ_VECTOR) // cfg.threads
+    return regs
+
+
+def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Dynamic shared memory of one block, in bytes (an upper bound on TileLang's plan).
+
+    The K ring holds ``stages`` × (A tile + B tile [+ B2 tile]); the C staging tile is
+    live only after the K loop, and TileLang's storage planner lets it reuse the ring
+    (measured on 0.1.15: 128×256×64, 4 stages, fp16 → 196608 bytes, exactly the ring), so
+    the bound is the larger of the two plus the small per-row vectors; a persistent
+    kernel keeps both (the sum).
+    """
+    ib = itemsize(spec.dtype)
+    n_b = 2 if spec.dual else 1
+    ring = cfg.stages * (cfg.block_m * cfg.block_k + n_b * cfg.block_k * cfg.block_n) * ib
+    if spec.k == 0:
+        ring = 0
+    c_stage = cfg.block_m * cfg.block_n * itemsize(spec.out_dtype) if cfg.store == "tma" else 0
+    rows = 4 * cfg.block_m * (len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0))
+    # 1 KiB alignment per buffer (TMA/wgmma swizzled buffers are 1024-byte aligned).
+    n_buffers = 2 + (1 if spec.dual else 0) + len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0)
+    if cfg.persistent or cfg.schedule == "ws":
+        # persistent: the ring stays live across tiles; ws: the producer's and consumers'
+        # branches run concurrently, so TileLang's planner gives C its own buffer
+        # (measured: 128x256x64, 3 stages, fp16 -> 212992 bytes = ring + C)
+        return ring + c_stage + rows + 1024 * n_buffers
+    return max(ring, c_stage) + rows + 1024 * n_buffers
+
