@@ -24,7 +24,7 @@
  * Results:
  *   * the bridge produced response bytes (status ok, or any failure it could still encode,
  *     see superopt_bridge.h): `IO` success with those bytes. A Python-side or start-up
- *     failure is thus an ordinary wire error response {"v": 1, "kind": "error", ...}, and
+ *     failure is thus an ordinary wire error response {"v": 2, "kind": "error", ...}, and
  *     the Lean decoder handles every error in one place;
  *   * no bytes at all (out of memory, or a bug in the bridge): `IO` failure
  *     IO.userError "superopt bridge: no response (status N, name)".

@@ -17,7 +17,7 @@
  * Errors: no C++ exception and no Python exception ever crosses these functions. Every
  * failure that can be reported as bytes is reported as a wire error response:
  *
- *     {"v": 1, "kind": "error",
+ *     {"v": 2, "kind": "error",
  *      "error": {"kind": "internal", "message": <what failed>, "path": ""}}
  *
  * encoded exactly as msgpack-python's `packb` encodes that map (same key order, smallest
@@ -35,13 +35,13 @@
  *
  * Example (C):
  *
- *     static const uint8_t ping[] = {0x82, 0xa1, 'v', 0x01, 0xa4, 'k', 'i', 'n', 'd',
+ *     static const uint8_t ping[] = {0x82, 0xa1, 'v', 0x02, 0xa4, 'k', 'i', 'n', 'd',
  *                                    0xa4, 'p', 'i', 'n', 'g'};
  *     uint8_t *resp = NULL;
  *     size_t resp_len = 0;
  *     int status = superopt_bridge_call(ping, sizeof ping, &resp, &resp_len);
  *     if (resp != NULL) {
- *         use(resp, resp_len);           // a msgpack map with "v": 1, also when status != 0
+ *         use(resp, resp_len);           // a msgpack map with "v": 2, also when status != 0
  *         superopt_bridge_free(resp);
  *     }
  */
@@ -62,7 +62,7 @@ extern "C" {
 #endif
 
 /** The wire protocol version this library writes into its own error responses. */
-#define SUPEROPT_BRIDGE_WIRE_VERSION 1
+#define SUPEROPT_BRIDGE_WIRE_VERSION 2
 
 /**
  * Status codes returned by superopt_bridge_init and superopt_bridge_call.

@@ -6,7 +6,7 @@
 // The bytes equal msgpack-python's `msgpack.packb(obj)` (use_bin_type=True, the default of
 // msgpack >= 1.0) for
 //
-//     obj = {"v": 1, "kind": "error",
+//     obj = {"v": 2, "kind": "error",
 //            "error": {"kind": kind, "message": message, "path": path}}
 //
 // with keys in exactly that order: a fixmap of 3, positive fixint 1, and each string in its
@@ -112,7 +112,7 @@ inline void put_str(std::string &out, std::string_view s) {
     out.append(s);
 }
 
-/// The wire error response {"v": 1, "kind": "error", "error": {kind, message, path}}.
+/// The wire error response {"v": 2, "kind": "error", "error": {kind, message, path}}.
 ///
 /// Strings longer than 2^32 - 1 bytes after sanitising are not representable; callers
 /// truncate messages first (bridge.cpp caps them at 1 MiB).
@@ -125,7 +125,7 @@ inline std::string error_response(std::string_view kind, std::string_view messag
     out.reserve(48 + k.size() + m.size() + p.size());
     out.push_back(static_cast<char>(0x83));  // fixmap, 3 entries
     put_str(out, "v");
-    out.push_back(static_cast<char>(0x01));  // positive fixint: protocol version 1
+    out.push_back(static_cast<char>(0x02));  // positive fixint: protocol version 2 (superopt_bridge.h)
     put_str(out, "kind");
     put_str(out, "error");
     put_str(out, "error");

@@ -3,7 +3,7 @@
 ``bridge/`` embeds CPython and calls :func:`handle` with the bytes of a request
 (``docs/wire.md`` 4.3); the answer is always the bytes of one response map, never an
 exception: a failure of any kind becomes an error response
-``{"v": 1, "kind": "error", "error": {"kind", "message", "path"}}``.
+``{"v": 2, "kind": "error", "error": {"kind", "message", "path"}}``.
 
 Requests and the functions that serve them (imported lazily, so that ``ping`` and the
 error paths work without the heavy backend modules):
@@ -13,7 +13,8 @@ request    backend call                                                        r
 =========  ==================================================================  ============
 ping       --                                                                  pong
 derive     ``superopt.derive.derive_all(graph, max_depth)``                    derivations
-lower      ``superopt.lower.lower_derivation(graph, derivation, config)``      lowered
+lower      ``superopt.lower.lower_derivation(graph, derivation, config, dtype)``  lowered
+replay     ``superopt.derive.replay(graph, steps)`` per derivation             plans
 tune       ``superopt.search.tune_request(graph, derivations, dtype, budget_...,  results
            budget_seconds, out_dir)``
 =========  ==================================================================  ============
@@ -21,7 +22,7 @@ tune       ``superopt.search.tune_request(graph, derivations, dtype, budget_...,
 Example::
 
     >>> from superopt import wire
-    >>> wire.decode(handle(wire.encode({"v": 1, "kind": "ping"})))["kind"]
+    >>> wire.decode(handle(wire.encode({"v": 2, "kind": "ping"})))["kind"]
     'pong'
 
 Owns: the request dispatch of the C/Lean bridge. A face: it imports the backends lazily
@@ -75,9 +76,18 @@ def _dispatch(req: dict) -> dict:
         return _response("superopt.derive.derive_all", wire.derivations_response, derivations)
     if kind == "lower":
         lower_derivation = _backend("superopt.lower", "lower_derivation")
-        mod = lower_derivation(req["graph"], req["derivation"], req["config"])
+        mod = lower_derivation(req["graph"], req["derivation"], req["config"], dtype=req["dtype"])
         return _response("superopt.lower.lower_derivation",
                          lambda m: wire.lowered_response(m.source, m.source_hash), mod)
+    if kind == "replay":
+        replay = _backend("superopt.derive", "replay")
+        plans = []
+        for i, d in enumerate(req["derivations"]):
+            try:
+                plans.append(replay(req["graph"], d.steps))
+            except SuperoptError as e:
+                raise type(e)(e.message, path=f"derivations[{i}].{e.path}") from None
+        return _response("superopt.derive.replay", wire.plans_response, plans)
     if kind == "tune":
         tune = _backend("superopt.search", "tune_request")
         res = tune(req["graph"], req["derivations"], req["dtype"], req["budget_candidates"],
@@ -110,15 +120,28 @@ def _backend(module: str, name: str) -> Callable[..., Any]:
     return fn
 
 
-def lower(derivation: "wire.Derivation | Mapping[str, Any]", config: Mapping[str, Any],
-          graph: "Any | None" = None) -> Any:
+def lower(derivation: "Any", config: Mapping[str, Any] | None = None,
+          graph: "Any | None" = None, *, dtype: str = "float16") -> Any:
     """Lower one derivation at one tile configuration (the Python face of ``lower``).
 
+    Example::
+
+        from superopt.derive import derive_all, find
+        d = find(derive_all(my_graph), "d3")
+        module = bridge.lower(d, {"block_m": 128, "stages": 2}, dtype="bfloat16")
+        print(module.source)
+
     Args:
-        derivation: a :class:`~superopt.wire.Derivation` or its decoded wire map.
-        config: the tile configuration, e.g. ``{"block_m": 128, "threads": 256}``.
-        graph: the graph the derivation rewrites; default: the reference case of the
+        derivation: a :class:`~superopt.derive.derivation.Derived` (from ``derive_all`` /
+            ``find``: its plan is lowered as it is), a
+            :class:`~superopt.derive.derivation.Derivation` or its decoded wire map (replayed
+            on ``graph``).
+        config: the tile configuration, possibly partial: ``k<i>.<field>`` keys, or bare
+            fields of the plan's dominant kernel such as ``{"block_m": 128, "stages": 2}``;
+            the rest is each kernel's best-ranked configuration.
+        graph: the graph a :class:`Derivation` rewrites; default: the reference case of the
             workload the derivation names.
+        dtype: the storage dtype, ``"float16"`` or ``"bfloat16"`` (``"fp16"``/``"bf16"``).
 
     Returns:
         The ``LoweredModule`` of :func:`superopt.lower.lower_derivation` (its ``source`` is
@@ -129,14 +152,21 @@ def lower(derivation: "wire.Derivation | Mapping[str, Any]", config: Mapping[str
         CaseError: ``graph`` omitted and the derivation names no known workload.
         SuperoptError: ``superopt.lower`` is not available, or what lowering raises.
     """
+    config = wire.config_to_wire(config or {})
+    if hasattr(derivation, "plan") and hasattr(derivation, "derivation"):  # a Derived
+        from .lower import lower_plan, match_plan
+        from .lower.config import complete_config
+        from .lower.module import module_header
+        match = match_plan(derivation.plan, dtype)
+        header = module_header(derivation.plan.graph, derivation.derivation, match.dtype)
+        return lower_plan(match, complete_config(match, config), header=header)
     if not isinstance(derivation, wire.Derivation):
         derivation = wire.derivation_from_wire(derivation)
-    config = wire.config_to_wire(config)
     if graph is None:
         from .workloads import get_workload
         graph = get_workload(derivation.workload).graph()
     lower_derivation = _backend("superopt.lower", "lower_derivation")
-    return lower_derivation(graph, derivation, config)
+    return lower_derivation(graph, derivation, config, dtype=dtype)
 
 
 __all__ = ["handle", "lower"]

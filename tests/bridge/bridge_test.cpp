@@ -21,7 +21,7 @@
 //                             pytest to compare with msgpack-python byte for byte;
 //   GOLDEN files              each X.request.msgpack is sent; the response must equal
 //                             X.response.msgpack byte for byte when that file exists, and
-//                             be a msgpack map with "v" == 1 otherwise.
+//                             be a msgpack map with "v" == 2 otherwise.
 //
 // Prints one "PASS name" / "FAIL name: why" line per check, then "N passed, M failed".
 // Exit status 0 iff nothing failed.
@@ -296,7 +296,7 @@ std::string pack(const std::vector<Field> &fields) {
     return out;
 }
 
-std::string ping_request() { return pack({int_field("v", 1), str_field("kind", "ping")}); }
+std::string ping_request() { return pack({int_field("v", 2), str_field("kind", "ping")}); }
 
 // ---------------------------------------------------------------------------------------
 // Calls and checks.
@@ -325,7 +325,7 @@ std::string status_text(int status) {
     return std::to_string(status) + " (" + g_api.status_name(status) + ")";
 }
 
-/// Empty when `r` carries a msgpack map with "v" == 1 and, if given, "kind" == kind;
+/// Empty when `r` carries a msgpack map with "v" == 2 and, if given, "kind" == kind;
 /// otherwise why not. Fills `decoded`.
 std::string check_map(const Response &r, const char *kind, Value &decoded) {
     decoded = Value();
@@ -335,7 +335,7 @@ std::string check_map(const Response &r, const char *kind, Value &decoded) {
     if (!reader.read_all(decoded, error)) return "response is not msgpack: " + error;
     if (decoded.kind != Value::Map) return "response is not a msgpack map";
     const Value *v = decoded.get("v");
-    if (v == nullptr || v->kind != Value::Int || v->i != 1) return "response has no \"v\": 1";
+    if (v == nullptr || v->kind != Value::Int || v->i != 2) return "response has no \"v\": 2";
     if (kind != nullptr) {
         const Value *k = decoded.get("kind");
         if (k == nullptr || k->kind != Value::Str) return "response has no str \"kind\"";
@@ -418,7 +418,7 @@ void test_wire_error_writer() {
         const std::string message(c.n, 'a');
         const std::string bytes = superopt::bridge::error_response("internal", message, "");
         const std::string head =
-            std::string("\x83\xa1v\x01\xa4kind\xa5" "error\xa5" "error\x83\xa4kind\xa8internal"
+            std::string("\x83\xa1v\x02\xa4kind\xa5" "error\xa5" "error\x83\xa4kind\xa8internal"
                         "\xa7message");
         const std::string expected = head + c.header + message + std::string("\xa4path\xa0");
         const std::string name = "wire_error_str_" + std::to_string(c.n);
@@ -563,11 +563,11 @@ void test_threads(bool stub) {
                     why = check_error(call_bridge(std::string("\xc1", 1)), d);
                 } else if (which == 2) {
                     // Sleeps in Python (GIL released) before answering pong.
-                    why = check_map(call_bridge(pack({int_field("v", 1),
+                    why = check_map(call_bridge(pack({int_field("v", 2),
                                                       str_field("kind", "test_sleep")})),
                                     "pong", d);
                 } else {
-                    const Response r = call_bridge(pack({int_field("v", 1),
+                    const Response r = call_bridge(pack({int_field("v", 2),
                                                          str_field("kind", "test_raise"),
                                                          str_field("message", "thread boom")}));
                     why = check_error(r, d);
@@ -597,18 +597,18 @@ void test_python_failures(const std::string &expect_executable) {
     };
     const std::vector<Case> cases = {
         {"python_exception",
-         {int_field("v", 1), str_field("kind", "test_raise"), str_field("message", "boom")},
+         {int_field("v", 2), str_field("kind", "test_raise"), str_field("message", "boom")},
          {"superopt.bridge.handle raised", "RuntimeError", "boom"}},
-        {"python_returns_str", {int_field("v", 1), str_field("kind", "test_nonbytes")},
+        {"python_returns_str", {int_field("v", 2), str_field("kind", "test_nonbytes")},
          {"returned str, expected bytes"}},
-        {"python_returns_empty", {int_field("v", 1), str_field("kind", "test_empty")},
+        {"python_returns_empty", {int_field("v", 2), str_field("kind", "test_empty")},
          {"empty bytes"}},
-        {"python_system_exit", {int_field("v", 1), str_field("kind", "test_exit")},
+        {"python_system_exit", {int_field("v", 2), str_field("kind", "test_exit")},
          {"SystemExit"}},
-        {"python_surrogate_message", {int_field("v", 1), str_field("kind", "test_surrogate")},
+        {"python_surrogate_message", {int_field("v", 2), str_field("kind", "test_surrogate")},
          {"superopt.bridge.handle raised"}},
         {"python_long_message",
-         {int_field("v", 1), str_field("kind", "test_raise"), int_field("repeat", 70000)},
+         {int_field("v", 2), str_field("kind", "test_raise"), int_field("repeat", 70000)},
          {"RuntimeError", std::string(1000, 'x')}},
     };
     for (const auto &c : cases) {
@@ -634,7 +634,7 @@ void test_python_failures(const std::string &expect_executable) {
     report("alive_after_python_failures", check_map(call_bridge(ping_request()), "pong", d));
 
     // The interpreter runs the Python it was built for (multiprocessing spawns that one).
-    const Response info = call_bridge(pack({int_field("v", 1), str_field("kind", "test_info")}));
+    const Response info = call_bridge(pack({int_field("v", 2), str_field("kind", "test_info")}));
     std::string why = check_map(info, "info", d);
     if (why.empty() && !expect_executable.empty()) {
         const Value *exe = d.get("executable");

@@ -49,7 +49,7 @@ import msgpack
 
 
 def _error(kind, message):
-    return msgpack.packb({"v": 1, "kind": "error",
+    return msgpack.packb({"v": 2, "kind": "error",
                           "error": {"kind": kind, "message": message, "path": ""}})
 
 
@@ -64,10 +64,10 @@ def handle(request: bytes) -> bytes:
     if kind == "ping":
         # math is an extension module that does not link libpython: importing it checks
         # that libpython's symbols are global even under dlopen(RTLD_LOCAL).
-        return msgpack.packb({"v": 1, "kind": "pong", "impl": "stub", "sqrt2": math.sqrt(2.0)})
+        return msgpack.packb({"v": 2, "kind": "pong", "impl": "stub", "sqrt2": math.sqrt(2.0)})
     if kind == "test_sleep":
         time.sleep(0.002)  # releases the GIL mid-call
-        return msgpack.packb({"v": 1, "kind": "pong"})
+        return msgpack.packb({"v": 2, "kind": "pong"})
     if kind == "test_raise":
         raise RuntimeError(msg.get("message", "x" * msg.get("repeat", 0)))
     if kind == "test_nonbytes":
@@ -79,11 +79,11 @@ def handle(request: bytes) -> bytes:
     if kind == "test_surrogate":
         raise RuntimeError("bad \\udcff")
     if kind == "test_info":
-        return msgpack.packb({"v": 1, "kind": "info", "executable": sys.executable})
+        return msgpack.packb({"v": 2, "kind": "info", "executable": sys.executable})
     return _error("unknown_kind", f"unknown kind {kind!r}")
 '''
 
-STUB_PONG = {"v": 1, "kind": "pong", "impl": "stub", "sqrt2": math.sqrt(2.0)}
+STUB_PONG = {"v": 2, "kind": "pong", "impl": "stub", "sqrt2": math.sqrt(2.0)}
 
 
 @dataclass(frozen=True)
@@ -215,16 +215,16 @@ def _golden_pair(folder: Path, name: str, request: dict, response: bytes | None)
 
 
 def _error_map(message: str) -> dict:
-    return {"v": 1, "kind": "error",
+    return {"v": 2, "kind": "error",
             "error": {"kind": "internal", "message": message, "path": ""}}
 
 
 def test_stub_suite(build: Build, stub_path: Path, tmp_path: Path) -> None:
     """ping, malformed requests, golden files, threads, Python failures: all answered."""
     golden = tmp_path / "golden"
-    with_response = _golden_pair(golden, "ping", {"v": 1, "kind": "ping"},
+    with_response = _golden_pair(golden, "ping", {"v": 2, "kind": "ping"},
                                  msgpack.packb(STUB_PONG))
-    without_response = _golden_pair(golden, "unknown", {"v": 1, "kind": "nope"}, None)
+    without_response = _golden_pair(golden, "unknown", {"v": 2, "kind": "nope"}, None)
     dump = tmp_path / "dump"
     dump.mkdir()
     # Two entries, first one first: the stub must shadow a superopt without bridge.py.
@@ -270,8 +270,8 @@ def test_stub_suite(build: Build, stub_path: Path, tmp_path: Path) -> None:
 
 def test_golden_mismatch_is_reported(build: Build, stub_path: Path, tmp_path: Path) -> None:
     """A response that differs from its golden file fails the driver (exit status 1)."""
-    wrong = _golden_pair(tmp_path / "golden", "ping", {"v": 1, "kind": "ping"},
-                         msgpack.packb({"v": 1, "kind": "pong"}))
+    wrong = _golden_pair(tmp_path / "golden", "ping", {"v": 2, "kind": "ping"},
+                         msgpack.packb({"v": 2, "kind": "pong"}))
     result = _run([str(build.driver), str(wrong)], env=_env(stub_path))
     lines = _check_output(result, expect_failed=1)
     assert any(line.startswith(f"FAIL golden {wrong}: response differs") for line in lines)

@@ -17,8 +17,14 @@ import sys
 from pathlib import Path
 
 from superopt import bridge, wire
+from superopt.graphs import load_graph
 from superopt.wire import Derivation, Step
 from superopt.workloads import WORKLOADS, matmul_graph
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+#: Graphs of examples/models/ pinned at their default case (the Lean registry's entries).
+MODEL_GRAPHS = {"llama3_attention": "llama3_attention.py:llama3_attention",
+                "residual_rmsnorm": "residual_rmsnorm.py:residual_rmsnorm"}
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 DOC = GOLDEN_DIR.parents[1] / "docs" / "wire.md"
@@ -60,9 +66,13 @@ EXAMPLE_RESULTS = {
          "status": "ok"},
         {"name": "sdpa_cudnn", "call_us": None, "graph_us": None, "relerr": None,
          "status": "skipped"},
+        {"name": "FA4", "call_us": None, "graph_us": None, "relerr": None,
+         "status": "absent"},
     ],
     "floor_us": 48.2,
     "top1": "d0/c0",
+    "certificate": ["Superopt.tile_parallel_sound", "Superopt.stream_reduction_sound",
+                    "Superopt.derive_sound"],
 }
 
 
@@ -79,6 +89,9 @@ def golden_files() -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     for name in GRAPH_WORKLOADS:
         files[f"{name}.graph.msgpack"] = wire.encode(wire.graph_to_wire(WORKLOADS[name].graph()))
+    for name, spec in MODEL_GRAPHS.items():
+        files[f"{name}.graph.msgpack"] = wire.encode(wire.graph_to_wire(
+            load_graph(str(MODELS / spec))))
     files["small_matmul.graph.msgpack"] = wire.encode(wire.graph_to_wire(matmul_graph(2, 3, 4)))
     files["example.derivation.msgpack"] = wire.encode(wire.derivation_to_wire(EXAMPLE_DERIVATION))
     files["example.results.msgpack"] = wire.encode(wire.results_to_wire(EXAMPLE_RESULTS))
@@ -91,8 +104,8 @@ def golden_files() -> dict[str, bytes]:
         wire.derive_request(WORKLOADS["matmul"].graph(), 4))
     requests = {
         "ping": wire.encode(wire.ping_request()),
-        "bad_version": wire.encode({"v": 2, "kind": "ping"}),
-        "unknown_kind": wire.encode({"v": 1, "kind": "frobnicate"}),
+        "bad_version": wire.encode({"v": 1, "kind": "ping"}),
+        "unknown_kind": wire.encode({"v": 2, "kind": "frobnicate"}),
         "malformed": b"\xc1",
         "schema_error": wire.encode(_schema_error_request()),
     }
@@ -108,19 +121,23 @@ _DESCRIPTIONS = {
     "matmul.graph.msgpack": "graph of `matmul` at m=1024 d=4096 n=4096",
     "rmsnorm.graph.msgpack": "graph of `rmsnorm` at m=1024 n=4096 d=4096 (eps 1e-5)",
     "rmsnorm_mlp.graph.msgpack": "graph of `rmsnorm_mlp` at m=1024 n=1024 d=1024 (eps 1e-5)",
+    "llama3_attention.graph.msgpack": ("graph of `examples/models/llama3_attention.py` (GQA "
+                                       "8×4 heads, causal band, 1/√d_h) at its default case"),
+    "residual_rmsnorm.graph.msgpack": ("graph of `examples/models/residual_rmsnorm.py` (two "
+                                       "outputs: H and the normalised Z) at its default case"),
     "small_matmul.graph.msgpack": "graph of `matmul` at m=2 d=3 n=4 (the example of 4.1)",
     "example.derivation.msgpack": "an illustrative attention derivation (every step value type)",
     "example.results.msgpack": ("an illustrative `results` response (ok, compile_error, "
-                                "NaN relerr, skipped peer, nils)"),
+                                "NaN relerr, skipped and absent peers, nils, a certificate)"),
     **{f"{w}.derivations.msgpack": (f"every derivation of `{w}` (reference case, default depth, "
                                     "lowerable or not): the Lean enumerator's golden output")
        for w in ("attention", "swiglu", "matmul", "rmsnorm", "rmsnorm_mlp")},
     "derive.request.msgpack": "`derive` request: the matmul reference graph, max_depth 4",
-    "ping.request.msgpack": "`{\"v\":1,\"kind\":\"ping\"}`",
+    "ping.request.msgpack": "`{\"v\":2,\"kind\":\"ping\"}`",
     "ping.response.msgpack": "`pong` with the package version",
-    "bad_version.request.msgpack": "`{\"v\":2,\"kind\":\"ping\"}`",
+    "bad_version.request.msgpack": "`{\"v\":1,\"kind\":\"ping\"}` (v1 is refused)",
     "bad_version.response.msgpack": "error `version`, path `v`",
-    "unknown_kind.request.msgpack": "`{\"v\":1,\"kind\":\"frobnicate\"}`",
+    "unknown_kind.request.msgpack": "`{\"v\":2,\"kind\":\"frobnicate\"}`",
     "unknown_kind.response.msgpack": "error `unknown_kind`, path `kind`",
     "malformed.request.msgpack": "the single reserved byte `c1`",
     "malformed.response.msgpack": "error `decode`, path `\"\"`",

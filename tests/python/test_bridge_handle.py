@@ -34,7 +34,7 @@ def call(obj) -> dict:
     out = bridge.handle(data)
     assert isinstance(out, bytes)
     resp = wire.decode(out)
-    assert isinstance(resp, dict) and resp["v"] == 1
+    assert isinstance(resp, dict) and resp["v"] == 2
     assert wire.encode(resp) == out  # canonical
     return resp
 
@@ -71,16 +71,17 @@ DERIV = Derivation("matmul", "d0", (Step("tile_parallel", ("m",), {"block": 64})
 
 
 def derive_req(**over):
-    return {"v": 1, "kind": "derive", "graph": graph_obj(m=4, d=8, n=2), "max_depth": 3, **over}
+    return {"v": 2, "kind": "derive", "graph": graph_obj(m=4, d=8, n=2), "max_depth": 3, **over}
 
 
 def lower_req(**over):
-    return {"v": 1, "kind": "lower", "graph": graph_obj(m=4, d=8, n=2),
-            "derivation": wire.derivation_to_wire(DERIV), "config": {"block_m": 64}, **over}
+    return {"v": 2, "kind": "lower", "graph": graph_obj(m=4, d=8, n=2),
+            "derivation": wire.derivation_to_wire(DERIV), "config": {"block_m": 64},
+            "dtype": "float16", **over}
 
 
 def tune_req(**over):
-    return {"v": 1, "kind": "tune", "graph": graph_obj(m=4, d=8, n=2),
+    return {"v": 2, "kind": "tune", "graph": graph_obj(m=4, d=8, n=2),
             "derivations": [wire.derivation_to_wire(DERIV)], "dtype": "float16",
             "budget": {"candidates": 10, "seconds": 30.0}, "out_dir": None, **over}
 
@@ -88,8 +89,8 @@ def tune_req(**over):
 # -- ping and the golden pairs --------------------------------------------------------------
 
 def test_ping():
-    resp = call({"v": 1, "kind": "ping"})
-    assert resp == {"v": 1, "kind": "pong", "version": superopt.__version__}
+    resp = call({"v": 2, "kind": "ping"})
+    assert resp == {"v": 2, "kind": "pong", "version": superopt.__version__}
     assert list(resp) == ["v", "kind", "version"]
 
 
@@ -101,7 +102,7 @@ def test_golden_request_response_pairs(name):
 
 
 def test_handle_accepts_bytearray_and_memoryview():
-    req = wire.encode({"v": 1, "kind": "ping"})
+    req = wire.encode({"v": 2, "kind": "ping"})
     assert bridge.handle(bytearray(req)) == bridge.handle(memoryview(req)) == bridge.handle(req)
 
 
@@ -122,7 +123,7 @@ def test_non_bytes_request(bad):
     assert resp["error"]["kind"] == "decode"
 
 
-@pytest.mark.parametrize("v", [2, 0, -1, "1", 1.0, True, None, [1], 2**64 - 1, {"v": 1}])
+@pytest.mark.parametrize("v", [1, 3, 0, -1, "2", 2.0, True, None, [2], 2**64 - 1, {"v": 2}])
 def test_wrong_version(v):
     assert err({"v": v, "kind": "ping"}) == ("version", "v")
 
@@ -133,28 +134,28 @@ def test_missing_version():
 
 
 def test_version_checked_before_kind_and_keys():
-    assert err({"v": 2, "kind": "nope", "junk": 1}) == ("version", "v")
+    assert err({"v": 3, "kind": "nope", "junk": 1}) == ("version", "v")
     assert err({"kind": "derive", "v": 3}) == ("version", "v")
 
 
 def test_version_key_order_does_not_matter():
-    assert call({"kind": "ping", "v": 1})["kind"] == "pong"
+    assert call({"kind": "ping", "v": 2})["kind"] == "pong"
 
 
 @pytest.mark.parametrize("kind", ["frobnicate", "graph", "pong", "error", "PING", "", "results"])
 def test_unknown_kind(kind):
-    assert err({"v": 1, "kind": kind}) == ("unknown_kind", "kind")
-    msg = call({"v": 1, "kind": kind})["error"]["message"]
-    assert "derive, lower, ping, tune" in msg
+    assert err({"v": 2, "kind": kind}) == ("unknown_kind", "kind")
+    msg = call({"v": 2, "kind": kind})["error"]["message"]
+    assert "derive, lower, ping, replay, tune" in msg
 
 
 @pytest.mark.parametrize("kind", [1, None, True, ["ping"], b"ping"])
 def test_kind_wrong_type(kind):
-    assert err({"v": 1, "kind": kind}) == ("schema", "kind")
+    assert err({"v": 2, "kind": kind}) == ("schema", "kind")
 
 
 def test_kind_missing():
-    assert err({"v": 1}) == ("schema", "kind")
+    assert err({"v": 2}) == ("schema", "kind")
 
 
 @pytest.mark.parametrize("top", [[], [1, "ping"], 1, None, "ping", b"ping", 1.5, True])
@@ -163,7 +164,7 @@ def test_non_map_top_level(top):
 
 
 def test_ping_extra_key():
-    assert err({"v": 1, "kind": "ping", "extra": 1}) == ("schema", "extra")
+    assert err({"v": 2, "kind": "ping", "extra": 1}) == ("schema", "extra")
 
 
 # -- schema violations in derive / lower / tune --------------------------------------------------
@@ -190,7 +191,7 @@ SCHEMA_CASES = [
     (_mut(derive_req(), ["max_depth"], True), "schema", "max_depth"),
     (_mut(derive_req(), ["max_depth"], 2**31), "schema", "max_depth"),
     (_mut(derive_req(), ["extra"], 0), "schema", "extra"),
-    (_mut(derive_req(), ["graph", "v"], 2), "version", "graph.v"),
+    (_mut(derive_req(), ["graph", "v"], 1), "version", "graph.v"),
     (_mut(derive_req(), ["graph", "v"], delete=True), "version", "graph.v"),
     (_mut(derive_req(), ["graph", "kind"], "derivation"), "schema", "graph.kind"),
     (_mut(derive_req(), ["graph", "nodes", 2, "op"], "conv"), "schema", "graph.nodes[2].op"),
@@ -205,8 +206,10 @@ SCHEMA_CASES = [
     (_mut(derive_req(), ["graph", "axes", 0, 1], 4.0), "schema", "graph.axes[0][1]"),
     (_mut(derive_req(), ["graph", "axes", 0, 1], False), "schema", "graph.axes[0][1]"),
     (_mut(derive_req(), ["graph", "axes", 0, 0], "d"), "size_mismatch", "graph.axes[1]"),
-    (_mut(derive_req(), ["graph", "output"], 3), "dangling_node", "graph.output"),
-    (_mut(derive_req(), ["graph", "output"], None), "missing_output", "graph.output"),
+    (_mut(derive_req(), ["graph", "outputs"], [3]), "dangling_node", "graph.outputs[0]"),
+    (_mut(derive_req(), ["graph", "outputs"], []), "missing_output", "graph.outputs"),
+    (_mut(derive_req(), ["graph", "outputs"], None), "schema", "graph.outputs"),
+    (_mut(derive_req(), ["graph", "outputs"], [2, 2]), "graph", "graph.outputs[1]"),
     # lower
     (_mut(lower_req(), ["derivation"], delete=True), "schema", "derivation"),
     (_mut(lower_req(), ["derivation", "steps", 0, "rule"], ""), "schema",
@@ -239,7 +242,7 @@ SCHEMA_CASES = [
     (_mut(tune_req(), ["out_dir"], 5), "schema", "out_dir"),
     (_mut(tune_req(), ["out_dir"], delete=True), "schema", "out_dir"),
     (_mut(tune_req(), ["derivations"], {}), "schema", "derivations"),
-    (_mut(tune_req(), ["derivations", 0, "v"], 2), "version", "derivations[0].v"),
+    (_mut(tune_req(), ["derivations", 0, "v"], 1), "version", "derivations[0].v"),
     (_mut(tune_req(), ["derivations", 0, "steps", 0, "extra"], 1), "schema",
      "derivations[0].steps[0].extra"),
 ]
@@ -255,8 +258,8 @@ def test_first_violation_in_key_order(no_backends):
     req["graph"]["nodes"][2]["op"] = "conv"
     assert err(req) == ("schema", "graph.nodes[2].op")  # graph is checked before dtype
     req = _mut(derive_req(), ["max_depth"], -1)
-    req["graph"]["output"] = 99
-    assert err(req) == ("dangling_node", "graph.output")
+    req["graph"]["outputs"] = [99]
+    assert err(req) == ("dangling_node", "graph.outputs[0]")
     req = derive_req()
     del req["max_depth"]
     req["zzz"] = 1
@@ -264,7 +267,7 @@ def test_first_violation_in_key_order(no_backends):
 
 
 def test_reduce_axis_error_over_the_wire(no_backends):
-    req = {"v": 1, "kind": "derive", "graph": graph_obj("rmsnorm", m=2, n=3, d=4), "max_depth": 1}
+    req = {"v": 2, "kind": "derive", "graph": graph_obj("rmsnorm", m=2, n=3, d=4), "max_depth": 1}
     req["graph"]["nodes"][3]["axis"] = "m"
     req["graph"]["nodes"][2]["op"] = "sqrt"
     req["graph"]["nodes"][0]["axes"] = ["d"]
@@ -302,14 +305,35 @@ def test_derive_dispatch(monkeypatch):
 def test_lower_dispatch(monkeypatch):
     seen = {}
 
-    def lower_derivation(graph, derivation, config):
+    def lower_derivation(graph, derivation, config, dtype="float16"):
         seen["args"] = (graph, derivation, config)
+        seen["dtype"] = dtype
         return types.SimpleNamespace(source="@T.prim_func\ndef k(): pass\n", source_hash="ab12")
     fake_module(monkeypatch, "superopt.lower", lower_derivation=lower_derivation)
     resp = call(lower_req())
-    assert resp == {"v": 1, "kind": "lowered", "source": "@T.prim_func\ndef k(): pass\n",
+    assert resp == {"v": 2, "kind": "lowered", "source": "@T.prim_func\ndef k(): pass\n",
                     "source_hash": "ab12"}
     assert seen["args"][1] == DERIV and seen["args"][2] == {"block_m": 64}
+    assert seen["dtype"] == "float16"
+    call(lower_req(dtype="bfloat16"))
+    assert seen["dtype"] == "bfloat16"
+    assert err(lower_req(dtype="float32")) == ("schema", "dtype")
+
+
+def test_replay_returns_the_replayed_plans():
+    from superopt.derive import derive_all
+    g = WORKLOADS["matmul"].graph(m=4, d=8, n=2)
+    d = derive_all(g)[0]
+    resp = call({"v": 2, "kind": "replay", "graph": wire.graph_to_wire(g),
+                 "derivations": [wire.derivation_to_wire(d.derivation)] * 2})
+    assert list(resp) == ["v", "kind", "plans"] and resp["kind"] == "plans"
+    assert resp["plans"] == [wire.plan_to_wire(d.plan)] * 2
+    (k,) = resp["plans"][0]["kernels"]
+    assert k == {"nodes": [2], "grid": ["m", "n"], "stream": "d", "online": False, "shared": []}
+    bad = wire.derivation_to_wire(wire.Derivation("matmul", "x", (wire.Step("frobnicate"),)))
+    assert err({"v": 2, "kind": "replay", "graph": wire.graph_to_wire(g),
+                "derivations": [wire.derivation_to_wire(d.derivation), bad]}) == (
+        "derivation", "derivations[1].steps[0].rule")
 
 
 def test_tune_dispatch(monkeypatch):
@@ -394,18 +418,22 @@ def test_never_raises_even_if_error_encoding_fails(monkeypatch):
 def test_lower_helper(monkeypatch):
     seen = {}
 
-    def lower_derivation(graph, derivation, config):
+    def lower_derivation(graph, derivation, config, dtype="float16"):
         seen["args"] = (graph, derivation, config)
+        seen["dtype"] = dtype
         return types.SimpleNamespace(source="src", source_hash="h", kernel=lambda *a: None)
     fake_module(monkeypatch, "superopt.lower", lower_derivation=lower_derivation)
     mod = bridge.lower(DERIV, {"threads": 128, "block_m": 64})
     assert mod.source == "src"
     g, d, c = seen["args"]
     assert g == WORKLOADS["matmul"].graph() and d == DERIV and list(c) == ["block_m", "threads"]
+    assert seen["dtype"] == "float16"
+    bridge.lower(DERIV, {}, dtype="bfloat16")
+    assert seen["dtype"] == "bfloat16"
     bridge.lower(wire.derivation_to_wire(DERIV), {}, graph=WORKLOADS["matmul"].graph(m=2))
     assert seen["args"][0].size("m") == 2
     with pytest.raises(SchemaError):
-        bridge.lower({"v": 1}, {})
+        bridge.lower({"v": 2}, {})
     with pytest.raises(CaseError):
         bridge.lower(Derivation("nope", "d", ()), {})
 
@@ -436,7 +464,7 @@ def assert_answer(data):
     out = bridge.handle(data)
     assert isinstance(out, bytes)
     resp = wire.decode(out)
-    assert isinstance(resp, dict) and resp["v"] == 1 and resp["kind"] in ("pong", "error")
+    assert isinstance(resp, dict) and resp["v"] == 2 and resp["kind"] in ("pong", "error")
     if resp["kind"] == "error":
         assert list(resp["error"]) == ["kind", "message", "path"]
         assert all(isinstance(v, str) for v in resp["error"].values())

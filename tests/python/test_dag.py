@@ -269,8 +269,8 @@ def test_dangling_ids_builder():
     raises(errors.DanglingNodeError, "nodes[1]", b.add, x, 1)  # itself
     raises(errors.DanglingNodeError, "nodes[1]", b.exp, True)
     raises(errors.DanglingNodeError, "nodes[1]", b.exp, 0.0)
-    raises(errors.DanglingNodeError, "output", b.output, 3)
-    raises(errors.DanglingNodeError, "output", b.output, -1)
+    raises(errors.DanglingNodeError, "outputs[0]", b.output, 3)
+    raises(errors.DanglingNodeError, "outputs[0]", b.output, -1)
 
 
 def test_dangling_ids_graph():
@@ -279,9 +279,10 @@ def test_dangling_ids_graph():
     nodes = (Node("input", (), ("m",), name="X"), Node("exp", (-1,)))
     raises(errors.DanglingNodeError, "nodes[1]", Graph, "t", (("m", 2),), nodes, 1)
     nodes = (Node("input", (), ("m",), name="X"),)
-    raises(errors.DanglingNodeError, "output", Graph, "t", (("m", 2),), nodes, 1)
-    raises(errors.DanglingNodeError, "output", Graph, "t", (("m", 2),), nodes, -1)
-    raises(errors.DanglingNodeError, "output", Graph, "t", (("m", 2),), nodes, True)
+    raises(errors.DanglingNodeError, "outputs[0]", Graph, "t", (("m", 2),), nodes, 1)
+    raises(errors.DanglingNodeError, "outputs[0]", Graph, "t", (("m", 2),), nodes, -1)
+    raises(errors.DanglingNodeError, "outputs", Graph, "t", (("m", 2),), nodes, True)
+    raises(errors.DanglingNodeError, "outputs[1]", Graph, "t", (("m", 2),), nodes, (0, 4))
 
 
 def test_cycles_and_forward_references():
@@ -295,8 +296,8 @@ def test_cycles_and_forward_references():
 def test_no_output():
     b = builder()
     b.input("X", ["m"])
-    raises(errors.MissingOutputError, "output", b.build)
-    raises(errors.MissingOutputError, "output", Graph, "t", (("m", 2),),
+    raises(errors.MissingOutputError, "outputs", b.build)
+    raises(errors.MissingOutputError, "outputs", Graph, "t", (("m", 2),),
            (Node("input", (), ("m",), name="X"),), None)
 
 

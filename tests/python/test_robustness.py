@@ -179,7 +179,7 @@ def test_cycles_and_dangling_ids():
     xi = b.input("X", ["m"])
     # the DSL cannot build a cycle: an id that is not an earlier node is dangling
     _raises(errors.DanglingNodeError, "nodes[1]", b.exp, xi + 1)
-    _raises(errors.MissingOutputError, "output", b.build)
+    _raises(errors.MissingOutputError, "outputs", b.build)
 
 
 def test_wire_graph_entrance_is_typed_with_a_wire_path():

@@ -141,7 +141,7 @@ def test_golden_graph_bytes(workload):
 
 def test_golden_graph_key_order():
     obj = wire.decode((GOLDEN / "attention.graph.msgpack").read_bytes())
-    assert list(obj) == ["v", "kind", "name", "axes", "nodes", "output"]
+    assert list(obj) == ["v", "kind", "name", "axes", "nodes", "outputs"]
     assert obj["axes"] == [["h", 16], ["t_q", 4096], ["t_kv", 4096], ["d_h", 128]]
     ops = [n["op"] for n in obj["nodes"]]
     assert ops == ["input", "input", "input", "matmul", "exp", "reduce", "div", "matmul"]
@@ -157,13 +157,13 @@ def test_golden_graph_key_order():
 def test_golden_responses():
     def resp(name):
         return wire.decode((GOLDEN / f"{name}.response.msgpack").read_bytes())
-    assert resp("ping") == {"v": 1, "kind": "pong", "version": "0.1.0"}
+    assert resp("ping") == {"v": 2, "kind": "pong", "version": "0.1.0"}
     for name, kind, path in [("bad_version", "version", "v"),
                              ("unknown_kind", "unknown_kind", "kind"),
                              ("malformed", "decode", ""),
                              ("schema_error", "schema", "graph.nodes[2].op")]:
         r = resp(name)
-        assert list(r) == ["v", "kind", "error"] and r["v"] == 1 and r["kind"] == "error"
+        assert list(r) == ["v", "kind", "error"] and r["v"] == 2 and r["kind"] == "error"
         assert list(r["error"]) == ["kind", "message", "path"]
         assert (r["error"]["kind"], r["error"]["path"]) == (kind, path)
     assert (GOLDEN / "malformed.request.msgpack").read_bytes() == b"\xc1"
@@ -289,8 +289,8 @@ def test_map_forms(n, head):
 
 
 def test_map_key_order_is_insertion_order_not_sorted():
-    assert wire.encode({"v": 1, "kind": "x", "a": 2}) == \
-        bytes.fromhex("83a17601a46b696e64a178a16102")
+    assert wire.encode({"v": 2, "kind": "x", "a": 2}) == \
+        bytes.fromhex("83a17602a46b696e64a178a16102")
     assert list(wire.decode(wire.encode({"z": 1, "a": 2}))) == ["z", "a"]
 
 
@@ -446,7 +446,7 @@ GRAPH_SCHEMA_CASES = [
     (_set(["axes"], {}), SchemaError, "graph.axes"),
     (_set(["axes", 1, 0], ""), errors.GraphError, "graph.axes[1]"),
     (_set(["axes", 2], ["m", 99]), errors.SizeMismatchError, "graph.axes[2]"),
-    (_set(["v"], 2), VersionError, "graph.v"),
+    (_set(["v"], 1), VersionError, "graph.v"),
     (_set(["v"], True), VersionError, "graph.v"),
     (_delete(["v"]), VersionError, "graph.v"),
     (_set(["kind"], "derivation"), SchemaError, "graph.kind"),
@@ -487,11 +487,16 @@ GRAPH_SCHEMA_CASES = [
     (_set(["nodes", 10, "axis_b"], None), SchemaError, "graph.nodes[10].axis_b"),
     (_set(["nodes", 10, "b"], 3), errors.ContractionError, "graph.nodes[10]"),
     (_set(["nodes", 8, "extra"], 0), SchemaError, "graph.nodes[8].extra"),
-    (_set(["output"], 11), errors.DanglingNodeError, "graph.output"),
-    (_set(["output"], None), errors.MissingOutputError, "graph.output"),
-    (_set(["output"], "10"), SchemaError, "graph.output"),
-    (_set(["output"], 2**40), SchemaError, "graph.output"),
-    (_delete(["output"]), SchemaError, "graph.output"),
+    (_set(["nodes", 6, "value"], -1e-5), SchemaError, "graph.nodes[6].value"),  # eps < 0
+    (_set(["nodes", 6, "value"], float("inf")), SchemaError, "graph.nodes[6].value"),
+    (_set(["outputs"], [11]), errors.DanglingNodeError, "graph.outputs[0]"),
+    (_set(["outputs"], []), errors.MissingOutputError, "graph.outputs"),
+    (_set(["outputs"], [10, 10]), errors.GraphError, "graph.outputs[1]"),
+    (_set(["outputs"], 10), SchemaError, "graph.outputs"),
+    (_set(["outputs"], None), SchemaError, "graph.outputs"),
+    (_set(["outputs"], ["10"]), SchemaError, "graph.outputs[0]"),
+    (_set(["outputs"], [2**40]), SchemaError, "graph.outputs[0]"),
+    (_delete(["outputs"]), SchemaError, "graph.outputs"),
 ]
 
 
@@ -585,7 +590,9 @@ def test_results_encoder_key_order_and_defaults():
                                               "config": {"b": 1, "a": "x"},
                                               "status": "ok", "call_us": 3, "error": None}],
                               "peers": [{"name": "eager", "status": "ok", "graph_us": 1}]})
-    assert list(r) == ["v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1"]
+    assert list(r) == ["v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1",
+                       "certificate"]
+    assert r["certificate"] == []
     c = r["candidates"][0]
     assert list(c) == list(wire.messages.CANDIDATE_KEYS)
     assert list(c["config"]) == ["a", "b"]
@@ -624,7 +631,7 @@ def test_candidate_error_accepts_exception():
 
 def test_encode_error_shape():
     data = wire.encode_error(errors.ReduceAxisError("bad", path="graph.nodes[3]"))
-    assert wire.decode(data) == {"v": 1, "kind": "error", "error": {
+    assert wire.decode(data) == {"v": 2, "kind": "error", "error": {
         "kind": "reduce_axis", "message": "bad", "path": "graph.nodes[3]"}}
     assert wire.decode(wire.encode_error(KeyError("k")))["error"]["kind"] == "internal"
     assert wire.decode(wire.encode_error(SuperoptError("x\udc80" * 5000)))["error"]["message"]
@@ -653,7 +660,7 @@ def test_trailing_bytes_rejected(extra):
     with pytest.raises(DecodeError) as e:
         wire.decode(FILES["ping.request.msgpack"] + extra)
     assert e.value.path == ""
-    assert wire.decode(FILES["ping.request.msgpack"]) == {"v": 1, "kind": "ping"}
+    assert wire.decode(FILES["ping.request.msgpack"]) == {"v": 2, "kind": "ping"}
 
 
 @pytest.mark.parametrize("depth,ok", [(64, True), (65, False), (1000, False), (1025, False),

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.dag import LEAF_OPS, Axis, Graph, NodeId
+from ..ir.dag import INLINE_LEAVES, LEAF_OPS, Axis, Graph, NodeId
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Plan:
         kern = set(self.kernels[k].nodes)
         outs = []
         for n in self.kernels[k].nodes:
-            if n == g.output or any(c not in kern for c in g.consumers(n)):
+            if n in g.outputs or any(c not in kern for c in g.consumers(n)):
                 outs.append(n)
         return tuple(outs)
 
@@ -93,7 +93,7 @@ class Plan:
         seen: list[NodeId] = []
         for n in self.kernels[k].nodes:
             for a in g.nodes[n].args:
-                if a not in kern and g.nodes[a].op not in ("size", "eps", "const") and a not in seen:
+                if a not in kern and g.nodes[a].op not in INLINE_LEAVES and a not in seen:
                     seen.append(a)
         return tuple(sorted(seen))
 
@@ -122,8 +122,9 @@ class Plan:
     def canonical(self) -> tuple:
         """A canonical, hashable form: equal for plans that are the same program."""
         g = self.graph
-        nodes = tuple((n.op, n.args, n.name, n.axis, n.axis_b, n.fn, n.value) for n in g.nodes)
-        return (g.axes, nodes, g.output,
+        nodes = tuple((n.op, n.args, n.name, n.axis, n.axis_b, n.fn, n.value, n.lo, n.hi)
+                      for n in g.nodes)
+        return (g.axes, nodes, g.outputs,
                 tuple((k.nodes, tuple(sorted(k.grid)), k.stream, k.online, k.shared)
                       for k in self.kernels))
 

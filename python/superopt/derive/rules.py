@@ -37,7 +37,7 @@ import the lowering (a rule is a fact about programs, not about kernels).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import DerivationError
@@ -80,10 +80,10 @@ def rewrite_graph(graph: Graph, at: NodeId, emit: Callable[["_Emitter"], NodeId]
         if i == at:
             em.remap[i] = emit(em)
         else:
-            em.remap[i] = em.add(Node(node.op, tuple(em.remap[a] for a in node.args), node.axes
-                                      if node.op == "input" else (), node.name, node.axis,
-                                      node.axis_b, node.fn, node.value))
-    return dead_code_eliminate(Graph(graph.name, graph.axes, tuple(em.nodes), em.remap[graph.output]))
+            em.remap[i] = em.add(replace(node, args=tuple(em.remap[a] for a in node.args),
+                                         axes=node.axes if node.op == "input" else ()))
+    return dead_code_eliminate(Graph(graph.name, graph.axes, tuple(em.nodes),
+                                     tuple(em.remap[o] for o in graph.outputs)))
 
 
 class _Emitter:
@@ -102,14 +102,15 @@ class _Emitter:
 
 def dead_code_eliminate(graph: Graph) -> Graph:
     """Drop dead nodes and renumber canonically: inputs first (in their order), then the
-    post-order of a depth-first walk from the output visiting arguments left to right.
+    post-order of a depth-first walk from each output in order, visiting arguments left to
+    right.
 
     The literal workload graphs are already in this order, and two rewrites applied in
     either order give the same numbering, so plans that are the same program compare equal.
     """
     order: list[int] = list(graph.input_ids)
     placed = set(order)
-    stack: list[tuple[int, int]] = [(graph.output, 0)]
+    stack: list[tuple[int, int]] = [(o, 0) for o in reversed(graph.outputs)]
     while stack:
         i, j = stack.pop()
         if i in placed:
@@ -126,9 +127,9 @@ def dead_code_eliminate(graph: Graph) -> Graph:
     nodes = []
     for i in order:
         n = graph.nodes[i]
-        nodes.append(Node(n.op, tuple(remap[a] for a in n.args), n.axes if n.op == "input" else (),
-                          n.name, n.axis, n.axis_b, n.fn, n.value))
-    return Graph(graph.name, graph.axes, tuple(nodes), remap[graph.output])
+        nodes.append(replace(n, args=tuple(remap[a] for a in n.args),
+                             axes=n.axes if n.op == "input" else ()))
+    return Graph(graph.name, graph.axes, tuple(nodes), tuple(remap[o] for o in graph.outputs))
 
 
 # -- algebraic rules ----------------------------------------------------------------------
@@ -331,7 +332,7 @@ def _fuse_prologue_sites(plan: Plan) -> list[Site]:
         if not _elementwise_only(plan, p):
             continue
         nodes = plan.kernels[p].nodes
-        if g.output in nodes:
+        if any(o in nodes for o in g.outputs):
             continue
         readers = {plan.owner(cn) for n in nodes for cn in g.consumers(n)} - {p}
         if len(readers) != 1:

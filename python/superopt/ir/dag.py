@@ -30,6 +30,7 @@ the op table.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -49,9 +50,13 @@ NodeId = int
 Axis = str
 
 REDUCE_FNS = ("sum", "max")
-LEAF_OPS = ("input", "size", "eps", "const")
-ALL_OPS = LEAF_OPS + UNARY_OPS + BINARY_OPS + ("reduce", "matmul")
-ELEMENTWISE_OPS = UNARY_OPS + BINARY_OPS
+#: Nodes with no arguments. ``input`` lives in global memory; ``size``, ``eps``, ``const`` and
+#: ``band`` are folded into kernel code (a scalar, or an expression of the indices).
+LEAF_OPS = ("input", "size", "eps", "const", "band")
+#: Leaves that are values computed inline, never tensors a kernel reads from memory.
+INLINE_LEAVES = ("size", "eps", "const", "band")
+ALL_OPS = LEAF_OPS + UNARY_OPS + BINARY_OPS + ("select", "reduce", "matmul")
+ELEMENTWISE_OPS = UNARY_OPS + BINARY_OPS + ("select",)
 #: Axis sizes are below 2^31 (the wire format's bound, docs/wire.md).
 MAX_SIZE = 2 ** 31
 
@@ -61,8 +66,8 @@ class Node:
     """One operation. ``axes`` is the inferred output shape (named axes, in order).
 
     Only the fields that the op uses are set: ``name`` (input), ``axis`` (size, reduce,
-    and the contracted axis of ``a`` for matmul), ``axis_b`` (matmul), ``fn`` (reduce),
-    ``value`` (eps, const).
+    band, and the contracted axis of ``a`` for matmul), ``axis_b`` (matmul, band), ``fn``
+    (reduce), ``value`` (eps, const), ``lo``/``hi`` (band; ``None`` is unbounded).
     """
 
     op: str
@@ -73,6 +78,8 @@ class Node:
     axis_b: Axis | None = None
     fn: str | None = None
     value: float | None = None
+    lo: int | None = None
+    hi: int | None = None
 
     @property
     def is_elementwise(self) -> bool:
@@ -90,6 +97,10 @@ class Node:
             return f"size({self.axis})"
         if self.op in ("eps", "const"):
             return f"{self.op}({self.value:g})"
+        if self.op == "band":
+            lo = "-∞" if self.lo is None else self.lo
+            hi = "∞" if self.hi is None else self.hi
+            return f"band[{lo} ≤ {self.axis}-{self.axis_b} ≤ {hi}]"
         return self.op
 
 
@@ -114,7 +125,13 @@ def infer_axes(node: Node, arg_axes: list[tuple[Axis, ...]], declared: Mapping[A
                                    node.value != node.value):
         raise GraphError(f"{op} value must be a number that is not NaN, got {node.value!r}",
                          path=where)
-    arity = {"input": 0, "size": 0, "eps": 0, "const": 0, "reduce": 1, "matmul": 2}
+    for fld in ("lo", "hi"):
+        v = getattr(node, fld)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise GraphError(f"{op} field {fld!r} must be an integer or None, got {v!r}",
+                             path=where)
+    arity = {"input": 0, "size": 0, "eps": 0, "const": 0, "band": 0, "reduce": 1, "matmul": 2,
+             "select": 3}
     want = arity.get(op, 1 if op in UNARY_OPS else 2)
     if len(arg_axes) != want:
         raise GraphError(f"{op} takes {want} argument(s), got {len(arg_axes)}", path=where)
@@ -134,7 +151,23 @@ def infer_axes(node: Node, arg_axes: list[tuple[Axis, ...]], declared: Mapping[A
     if op in ("eps", "const"):
         if node.value is None:
             raise GraphError(f"{op} needs a value", path=where)
+        if op == "eps" and not (math.isfinite(node.value) and node.value >= 0):
+            raise GraphError(f"eps must be finite and >= 0, got {node.value!r}", path=where)
         return ()
+    if op == "band":
+        for a in (node.axis, node.axis_b):
+            if a not in declared:
+                raise UnknownAxisError(f"band over undeclared axis {a!r}", path=where)
+        if node.axis == node.axis_b:
+            raise GraphError(f"band needs two different axes, got {node.axis!r} twice",
+                             path=where)
+        if node.lo is not None and node.hi is not None and node.lo > node.hi:
+            raise GraphError(f"band is empty: lo={node.lo} > hi={node.hi}", path=where)
+        return (node.axis, node.axis_b)
+    if op == "select":
+        c, x, y = arg_axes
+        out = x + tuple(a for a in y if a not in x)
+        return out + tuple(a for a in c if a not in out)
     if op in UNARY_OPS:
         return arg_axes[0]
     if op in BINARY_OPS:
@@ -173,14 +206,15 @@ def infer_axes(node: Node, arg_axes: list[tuple[Axis, ...]], declared: Mapping[A
 
 @dataclass(frozen=True)
 class Graph:
-    """An immutable, checked DAG over named axes with one output.
+    """An immutable, checked DAG over named axes with one or more outputs.
 
     Attributes:
         name: the workload name (``attention``) or a user's name for the graph.
         axes: declared axes with their sizes, in declaration order, e.g.
             ``(("h", 16), ("t_q", 4096), ("t_kv", 4096), ("d_h", 128))``. Sizes are ints ≥ 0.
         nodes: topologically ordered; a node's args name earlier nodes only.
-        output: the id of the output node.
+        outputs: the ids of the output nodes, distinct, in order (an int is taken as one
+            output). :attr:`output` is the only one of a one-output graph.
 
     Raises (on construction): a :class:`GraphError` subclass with ``path="nodes[i]"``.
     """
@@ -188,7 +222,7 @@ class Graph:
     name: str
     axes: tuple[tuple[Axis, int], ...]
     nodes: tuple[Node, ...]
-    output: NodeId | None
+    outputs: tuple[NodeId, ...] | NodeId | None
     _sizes: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -223,11 +257,20 @@ class Graph:
                                  path=where)
             checked.append(node if node.axes == axes else _with_axes(node, axes))
         object.__setattr__(self, "nodes", tuple(checked))
-        if self.output is None:
-            raise MissingOutputError("the graph has no output", path="output")
-        if isinstance(self.output, bool) or not isinstance(self.output, int) \
-                or not 0 <= self.output < len(self.nodes):
-            raise DanglingNodeError(f"output {self.output!r} names no node", path="output")
+        outs = self.outputs
+        if isinstance(outs, int) and not isinstance(outs, bool):
+            outs = (outs,)
+        if outs is None or (isinstance(outs, (tuple, list)) and not outs):
+            raise MissingOutputError("the graph has no output", path="outputs")
+        if not isinstance(outs, (tuple, list)):
+            raise DanglingNodeError(f"outputs {outs!r} names no node", path="outputs")
+        outs = tuple(outs)
+        for i, o in enumerate(outs):
+            if isinstance(o, bool) or not isinstance(o, int) or not 0 <= o < len(self.nodes):
+                raise DanglingNodeError(f"output {o!r} names no node", path=f"outputs[{i}]")
+            if o in outs[:i]:
+                raise GraphError(f"output {o} is listed twice", path=f"outputs[{i}]")
+        object.__setattr__(self, "outputs", outs)
 
     # -- queries -------------------------------------------------------------------------
     @property
@@ -252,6 +295,18 @@ class Graph:
         return [i for i, n in enumerate(self.nodes) if n.op == "input"]
 
     @property
+    def output(self) -> NodeId:
+        """The output of a one-output graph.
+
+        Raises:
+            GraphError: the graph has several outputs (use :attr:`outputs`).
+        """
+        if len(self.outputs) != 1:
+            raise GraphError(f"graph {self.name!r} has {len(self.outputs)} outputs "
+                             f"{list(self.outputs)}; use .outputs", path="outputs")
+        return self.outputs[0]
+
+    @property
     def output_axes(self) -> tuple[Axis, ...]:
         return self.nodes[self.output].axes
 
@@ -259,12 +314,17 @@ class Graph:
     def output_shape(self) -> tuple[int, ...]:
         return self.shape(self.output)
 
+    @property
+    def output_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shape of each output, in order."""
+        return tuple(self.shape(o) for o in self.outputs)
+
     def consumers(self, node_id: NodeId) -> list[NodeId]:
         return [i for i, n in enumerate(self.nodes) if node_id in n.args]
 
     def live_nodes(self) -> set[NodeId]:
         """Nodes the output depends on (dead nodes are ignored by evaluation and plans)."""
-        live, stack = set(), [self.output]
+        live, stack = set(), list(self.outputs)
         while stack:
             i = stack.pop()
             if i not in live:
@@ -280,9 +340,9 @@ class Graph:
                                    f"its axes are {list(self._sizes)}", path="sizes")
         axes = tuple((a, sizes.get(a, s)) for a, s in self.axes)
         return Graph(self.name, axes, tuple(_with_axes(n, ()) if n.op != "input" else n
-                                            for n in self.nodes), self.output)
+                                            for n in self.nodes), self.outputs)
 
 
 def _with_axes(node: Node, axes: Iterable[Axis]) -> Node:
     return Node(node.op, node.args, tuple(axes), node.name, node.axis, node.axis_b, node.fn,
-                node.value)
+                node.value, node.lo, node.hi)

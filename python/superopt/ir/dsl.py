@@ -23,6 +23,7 @@ Owns: the builder. Imports only the graph.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from ..errors import DanglingNodeError
@@ -47,7 +48,7 @@ class DagBuilder:
         Graph(name, self.axes, (Node("const", value=0.0),), 0)
         self._sizes = dict(self.axes)
         self.nodes: list[Node] = []
-        self._output: NodeId | None = None
+        self._outputs: list[NodeId] = []
 
     # -- core ----------------------------------------------------------------------------
     def _add(self, node: Node) -> NodeId:
@@ -58,8 +59,7 @@ class DagBuilder:
                 raise DanglingNodeError(f"argument {j} is {a!r}, which names no earlier node",
                                         path=where)
         axes = infer_axes(node, [self.nodes[a].axes for a in node.args], self._sizes, where)
-        self.nodes.append(Node(node.op, node.args, axes, node.name, node.axis, node.axis_b,
-                               node.fn, node.value))
+        self.nodes.append(replace(node, axes=axes))
         return i
 
     def input(self, name: str, axes: Sequence[Axis]) -> NodeId:
@@ -124,6 +124,46 @@ class DagBuilder:
     def max(self, x: NodeId, y: NodeId) -> NodeId:
         return self.binary("max", x, y)
 
+    def tanh(self, x: NodeId) -> NodeId:
+        return self.unary("tanh", x)
+
+    def sigmoid(self, x: NodeId) -> NodeId:
+        return self.unary("sigmoid", x)
+
+    def relu(self, x: NodeId) -> NodeId:
+        return self.unary("relu", x)
+
+    def log(self, x: NodeId) -> NodeId:
+        return self.unary("log", x)
+
+    def gelu(self, x: NodeId) -> NodeId:
+        """``x · Φ(x)`` with Φ the normal CDF (the erf form, PyTorch's default GELU)."""
+        return self.unary("gelu", x)
+
+    def gelu_tanh(self, x: NodeId) -> NodeId:
+        """The tanh approximation of GELU (GPT-2's)."""
+        return self.unary("gelu_tanh", x)
+
+    def select(self, c: NodeId, x: NodeId, y: NodeId) -> NodeId:
+        """``x`` where ``c ≠ 0``, else ``y`` (elementwise, broadcasting all three)."""
+        return self._add(Node("select", (c, x, y)))
+
+    def band(self, axis_a: Axis, axis_b: Axis, lo: int | None = None,
+             hi: int | None = None) -> NodeId:
+        """1 where ``lo ≤ i_a − i_b ≤ hi`` (``None``: unbounded), else 0; axes ``[a, b]``.
+
+        A causal mask of ``t_q`` queries over ``t_kv`` keys is
+        ``band("t_q", "t_kv", lo=t_q - t_kv)``; a sliding window of ``w`` keys adds
+        ``hi=t_q - t_kv + w - 1``.
+        """
+        return self._add(Node("band", axis=axis_a, axis_b=axis_b, lo=lo, hi=hi))
+
+    def mean(self, axis: Axis, x: NodeId) -> NodeId:
+        """``sum_axis x / size(axis)``: three nodes (reduce, size, div), as Lean's ``mean``."""
+        s = self.red(SUM, axis, x)
+        n = self.size_const(axis)
+        return self.div(s, n)
+
     def red(self, fn: str, axis: Axis, x: NodeId) -> NodeId:
         """Reduce ``x`` over ``axis`` with ``fn`` in ``SUM | MAX`` (Lean: ``red .sum axis x``)."""
         return self._add(Node("reduce", (x,), axis=axis, fn=fn))
@@ -133,15 +173,16 @@ class DagBuilder:
         return self._add(Node("matmul", (a, b), axis=axis_a, axis_b=axis_b))
 
     def output(self, x: NodeId) -> NodeId:
-        """Mark the graph's output."""
+        """Mark ``x`` as an output (each call adds one, in order)."""
         if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < len(self.nodes):
-            raise DanglingNodeError(f"output {x!r} names no node", path="output")
-        self._output = x
+            raise DanglingNodeError(f"output {x!r} names no node",
+                                    path=f"outputs[{len(self._outputs)}]")
+        self._outputs.append(x)
         return x
 
     def build(self) -> Graph:
         """The checked graph. Raises :class:`MissingOutputError` if no output was set."""
-        return Graph(self.name, self.axes, tuple(self.nodes), self._output)
+        return Graph(self.name, self.axes, tuple(self.nodes), tuple(self._outputs))
 
 
 def build_graph_with_output(name: str, axes: Sequence[tuple[Axis, int]],

@@ -39,7 +39,7 @@ def flops(graph: Graph) -> int:
 
 
 def min_bytes(graph: Graph, dtype: Any = "float16") -> int:
-    """Fewest bytes through device memory: each live input read once, the outputs written
+    """Fewest bytes through device memory: each live input read once, every output written
     once, all in ``dtype``.
 
     Example: ``min_bytes(matmul_graph(m=1024, d=4096, n=4096), "float16") ==
@@ -47,7 +47,7 @@ def min_bytes(graph: Graph, dtype: Any = "float16") -> int:
     """
     live = graph.live_nodes()
     elems = sum(math.prod(graph.shape(i)) for i in graph.input_ids if i in live)
-    elems += math.prod(graph.output_shape)
+    elems += sum(math.prod(sh) for sh in graph.output_shapes)
     return itemsize(dtype) * elems
 
 

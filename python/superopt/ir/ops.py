@@ -6,7 +6,7 @@ its Lean twin (``Lean/Superopt/IR/Dag.lean``, ``Semantics.lean``) and its line i
 
 * ``apply(x, ops)`` (``apply(x, y, ops)`` for binary ops): the exact function, written over
   an array namespace ``ops`` that provides ``exp``, ``exp2``, ``log``, ``sqrt``, ``tanh``,
-  ``erf``, ``maximum`` and ``where``: numpy float64 and torch (the reference,
+  ``erf`` and ``maximum``: numpy float64 and torch (the reference,
   :mod:`superopt.ir.semantics`; the eager peer), and the solver's symbolic arrays
   (:mod:`superopt.verify`) all evaluate the same expression;
 * ``tilelang``: the fp32 TileLang expression, ``{0}`` (and ``{1}``) the argument texts
@@ -26,6 +26,8 @@ from typing import Any, Callable
 #: log₂ e, the factor ``exp_to_exp2`` introduces (``exp x = exp2(x · log₂ e)``); the float64
 #: rounding of the real constant (Lean's ``Superopt.log2e`` is the same literal).
 LOG2E = 1.0 / math.log(2.0)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,19 @@ UNARY: dict[str, UnaryOp] = {u.name: u for u in (
     UnaryOp("sqrt", lambda x, o: o.sqrt(x), "T.sqrt({0})", "√x"),
     UnaryOp("neg", lambda x, o: -x, "(-{0})", "−x"),
     UnaryOp("recip", lambda x, o: 1.0 / x, "(1.0 / {0})", "1 / x"),
+    UnaryOp("tanh", lambda x, o: o.tanh(x), "T.tanh({0})", "tanh x"),
+    UnaryOp("sigmoid", lambda x, o: 1.0 / (1.0 + o.exp(-x)), "T.sigmoid({0})",
+            "σ(x) = 1 / (1 + e^(−x))"),
+    UnaryOp("relu", lambda x, o: o.maximum(x, 0.0), "T.max({0}, 0.0)", "max(x, 0)"),
+    UnaryOp("log", lambda x, o: o.log(x), "T.log({0})", "ln x"),
+    UnaryOp("gelu", lambda x, o: 0.5 * x * (1.0 + o.erf(x * _INV_SQRT2)),
+            f"(0.5 * {{0}} * (1.0 + T.erf({{0}} * {_INV_SQRT2!r})))",
+            "x · Φ(x) = x/2 · (1 + erf(x/√2)) (the erf form, PyTorch's default)"),
+    UnaryOp("gelu_tanh",
+            lambda x, o: 0.5 * x * (1.0 + o.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))),
+            f"(0.5 * {{0}} * (1.0 + T.tanh({_SQRT_2_OVER_PI!r} * "
+            f"({{0}} + 0.044715 * {{0}} * {{0}} * {{0}}))))",
+            "x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³))) (GPT-2's approximation)"),
 )}
 
 BINARY: dict[str, BinaryOp] = {b.name: b for b in (
@@ -70,3 +85,12 @@ BINARY: dict[str, BinaryOp] = {b.name: b for b in (
 
 UNARY_OPS = tuple(UNARY)
 BINARY_OPS = tuple(BINARY)
+
+
+def apply_select(c: Any, x: Any, y: Any, ops: Any) -> Any:
+    """``select(c, x, y)``: ``x`` where ``c ≠ 0``, else ``y`` (``ops.where``)."""
+    return ops.where(c != 0, x, y)
+
+
+#: The fp32 TileLang text of ``select``.
+SELECT_TILELANG = "T.if_then_else({0} != 0.0, {1}, {2})"

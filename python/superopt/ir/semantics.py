@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import SchemaError
 from .dag import Graph, Node
 from .facts import input_scales
-from .ops import BINARY, UNARY
+from .ops import BINARY, UNARY, apply_select
 
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
@@ -51,6 +51,19 @@ class _Ops:
         """The max of ``x`` over axis ``dim`` (non-empty)."""
         return x.amax(dim) if self.torch else x.max(axis=dim)
 
+    def erf(self, x):
+        """The error function (numpy has none: ``math.erf`` elementwise, exact to 1 ulp)."""
+        if self.torch:
+            return self.t.erf(x)
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+    def band(self, mask: np.ndarray):
+        """A boolean mask as a float64 0/1 array of this namespace."""
+        out = mask.astype(np.float64)
+        if self.torch:
+            return self.t.from_numpy(out).to(self.device)
+        return out
+
     def __getattr__(self, name):  # exp, sqrt, maximum, einsum, full ...
         return getattr(self.t if self.torch else np, name)
 
@@ -75,6 +88,23 @@ def apply_binary(op: str, x, y, ops: _Ops):
     return BINARY[op].apply(x, y, ops)
 
 
+def band_mask(graph: Graph, node: Node) -> np.ndarray:
+    """The ``[size(a), size(b)]`` boolean array of ``lo ≤ i − j ≤ hi`` of a ``band`` node."""
+    i = np.arange(graph.size(node.axis))[:, None]
+    j = np.arange(graph.size(node.axis_b))[None, :]
+    ok = np.ones((i.shape[0], j.shape[1]), dtype=bool)
+    if node.lo is not None:
+        ok &= (i - j) >= node.lo
+    if node.hi is not None:
+        ok &= (i - j) <= node.hi
+    return ok
+
+
+def band_value(graph: Graph, node: Node, ops: _Ops):
+    """The value of a ``band`` node: ``[size(a), size(b)]`` of 0/1."""
+    return ops.band(band_mask(graph, node))
+
+
 def einsum_spec(a_axes, b_axes, axis_a, axis_b, out_axes) -> str:
     """The einsum string of ``matmul(a, b, axis_a, axis_b)`` (contracted axes share a letter)."""
     letters: dict[str, str] = {}
@@ -95,10 +125,15 @@ def eval_node(graph: Graph, node: Node, vals: list, ops: _Ops):
         return ops.scalar(graph.size(node.axis))
     if op in ("eps", "const"):
         return ops.scalar(node.value)
+    if op == "band":
+        return band_value(graph, node, ops)
     args = [vals[a] for a in node.args]
     arg_axes = [graph.nodes[a].axes for a in node.args]
     if node.is_elementwise and len(args) == 1:
         return apply_unary(op, args[0], ops)
+    if op == "select":
+        c, x, y = (align(v, ax, node.axes) for v, ax in zip(args, arg_axes))
+        return apply_select(c, x, y, ops)
     if node.is_elementwise:
         x = align(args[0], arg_axes[0], node.axes)
         y = align(args[1], arg_axes[1], node.axes)
@@ -133,7 +168,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
 
     Returns:
         The output as float64 numpy array / torch tensor, shaped ``graph.output_shape``
-        (axes ``graph.output_axes``).
+        (axes ``graph.output_axes``); for a graph of several outputs, the tuple of them.
 
     Raises:
         SchemaError: an input missing, or of the wrong shape, naming it.
@@ -157,7 +192,10 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
             vals[i] = ops.f64(x)
         else:
             vals[i] = eval_node(graph, node, vals, ops)
-    return vals if all_nodes else vals[graph.output]
+    if all_nodes:
+        return vals
+    outs = tuple(vals[o] for o in graph.outputs)
+    return outs[0] if len(outs) == 1 else outs
 
 
 def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None = None,
@@ -193,18 +231,40 @@ def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None
 
 
 def relative_error(out, ref) -> float:
-    """‖out − ref‖_F / ‖ref‖_F in float64 (``inf`` for NaN/Inf in ``out``; 0/0 → 0)."""
+    """‖out − ref‖_F / ‖ref‖_F in float64 over the positions where ``ref`` is finite.
+
+    Non-finite values are compared as patterns, explicitly: where ``ref`` is NaN, ``+inf``
+    or ``-inf``, ``out`` must be exactly that; where ``ref`` is finite, ``out`` must be
+    finite. A mismatch gives ``inf`` (never silently a small error). ``0/0`` gives 0. For a
+    graph of several outputs pass tuples: the worst of the pairs.
+    """
+    if isinstance(out, (tuple, list)):
+        return max((relative_error(o, r) for o, r in zip(out, ref)), default=0.0)
     if _is_torch(out):
         import torch
         o = out.detach().to(torch.float64)
         r = ref.detach().to(device=o.device, dtype=torch.float64)
-        if not bool(torch.isfinite(o).all()):
+        fin_r, fin_o = torch.isfinite(r), torch.isfinite(o)
+        if not bool((fin_r == fin_o).all()):
             return math.inf
+        if not bool(fin_r.all()):
+            nan_r, nan_o = torch.isnan(r), torch.isnan(o)
+            if not bool((nan_r == nan_o).all()) or not bool((o[~fin_r & ~nan_r] ==
+                                                              r[~fin_r & ~nan_r]).all()):
+                return math.inf
+            o, r = o[fin_r], r[fin_r]
         num, den = float(torch.linalg.vector_norm(o - r)), float(torch.linalg.vector_norm(r))
     else:
         o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-        if not np.isfinite(o).all():
+        fin_r, fin_o = np.isfinite(r), np.isfinite(o)
+        if not np.array_equal(fin_r, fin_o):
             return math.inf
+        if not fin_r.all():
+            inf_r = ~fin_r & ~np.isnan(r)
+            if not np.array_equal(np.isnan(r), np.isnan(o)) or not np.array_equal(o[inf_r],
+                                                                                   r[inf_r]):
+                return math.inf
+            o, r = o[fin_r], r[fin_r]
         num, den = float(np.linalg.norm(o - r)), float(np.linalg.norm(r))
     if den == 0.0:
         return 0.0 if num == 0.0 else math.inf

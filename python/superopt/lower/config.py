@@ -40,6 +40,48 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     return out
 
 
+def dominant_kernel(match: PlanMatch) -> int:
+    """The kernel whose configuration space the search walks: the most FLOPs (the first if
+    none has any)."""
+    return max(range(len(match.kernels)), key=lambda i: (match.kernels[i].flops, -i))
+
+
+def complete_config(match: PlanMatch, partial: dict) -> dict:
+    """A whole flat configuration from a partial one: each kernel's best-ranked
+    configuration, overridden by ``partial``.
+
+    Keys of ``partial`` are ``k<i>.<field>`` or a bare ``<field>``, which means the dominant
+    kernel's (:func:`dominant_kernel`), so that ``{"block_m": 128, "stages": 2}`` configures
+    a one-GEMM or one-attention plan.
+
+    Raises:
+        LoweringError: a kernel with no valid configuration, or a key that names no kernel or
+            no field of its family's configuration (the message lists the fields).
+    """
+    spaces = [kernel_config_space(kl) for kl in match.kernels]
+    for kl, space in zip(match.kernels, spaces):
+        if not space:
+            raise LoweringError(f"kernel {kl.index} ({kl.family}) has no valid configuration",
+                                path=f"config.k{kl.index}")
+    flat = flatten_config([s[0] for s in spaces])
+    main = dominant_kernel(match)
+    for key, value in partial.items():
+        full = key if "." in key else f"k{main}.{key}"
+        if full not in flat:
+            head = full.partition(".")[0]
+            if head in {f"k{i}" for i in range(len(match.kernels))}:
+                kl = match.kernels[int(head[1:])]
+                fields = sorted(k.partition(".")[2] for k in flat if k.startswith(head + "."))
+                raise LoweringError(f"configuration key {key!r}: kernel {kl.index} "
+                                    f"({kl.family}) has no such field; its fields are "
+                                    f"{', '.join(fields)}", path=f"config.{key}")
+            raise LoweringError(f"configuration key {key!r} names no kernel (the plan has "
+                                f"{len(match.kernels)}; keys are k<i>.<field> or a field of "
+                                f"the dominant kernel k{main})", path=f"config.{key}")
+        flat[full] = value
+    return flat
+
+
 def flatten_config(configs: list) -> dict:
     """``[GemmConfig(...), RowConfig(...)]`` → ``{"k0.block_m": ..., "k1.block_rows": ...}``."""
     flat: dict = {}

@@ -46,16 +46,17 @@ def _row_major(shape):
     return tuple(reversed(strides))
 
 
-def _check_no_alias(out, named):
+def _check_no_alias(what, out, inputs, outputs=()):
     if not out.numel():
         return
     lo = out.data_ptr()
     hi = lo + out.numel() * out.element_size()
-    for name, t in named:
-        a = t.data_ptr()
-        if t.numel() and a < hi and lo < a + t.numel() * t.element_size():
-            raise LaunchCheckError(f'out overlaps input {name} in memory; pass a separate '
-                                   'output tensor')
+    for kind, named in (('input', inputs), ('output', outputs)):
+        for name, t in named:
+            a = t.data_ptr()
+            if t.numel() and a < hi and lo < a + t.numel() * t.element_size():
+                raise LaunchCheckError(f'{what} overlaps {kind} {name} in memory; pass a '
+                                       'separate output tensor')
 
 
 def _check_current_device(device):

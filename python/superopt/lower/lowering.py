@@ -76,7 +76,7 @@ def storage_dtype(plan: Plan, node: NodeId, dtype: str) -> str:
     and intermediates a later kernel's matmul reads (tensor cores take 16-bit operands),
     float32 for every other intermediate."""
     g = plan.graph
-    if node == g.output or g.nodes[node].op == "input":
+    if node in g.outputs or g.nodes[node].op == "input":
         return dtype
     for c in g.consumers(node):
         if g.nodes[c].op == "matmul" and plan.owner(c) != plan.owner(node):

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from ..ir.dag import Graph
 from ..ir.ops import BINARY, UNARY
-from ..ir.semantics import align, einsum_spec, relative_error
+from ..ir.semantics import align, band_mask, einsum_spec, relative_error
 from ..ir.patterns import AttentionPattern, GemmPattern, attention_pattern, gemm_pattern
 from .records import PeerResult, TimingConfig
 from .timing import measure, short_error, synchronize
@@ -73,7 +73,7 @@ def eager_program(graph: Graph) -> Callable[..., torch.Tensor]:
     nodes = graph.nodes
     live = graph.live_nodes()
     input_ids = graph.input_ids
-    out_id = graph.output
+    out_ids = graph.outputs
 
     def program(*args: torch.Tensor) -> torch.Tensor:
         vals: dict[int, Any] = dict(zip(input_ids, args))
@@ -84,6 +84,14 @@ def eager_program(graph: Graph) -> Callable[..., torch.Tensor]:
                 vals[i] = float(graph.size(n.axis))
             elif n.op in ("eps", "const"):
                 vals[i] = float(n.value)
+            elif n.op == "band":
+                dt, dev = args[0].dtype, args[0].device
+                vals[i] = torch.from_numpy(band_mask(graph, n)).to(device=dev, dtype=dt)
+            elif n.op == "select":
+                c, x, y = (vals[a] if isinstance(vals[a], float)
+                           else align(vals[a], nodes[a].axes, n.axes) for a in n.args)
+                vals[i] = torch.where(torch.as_tensor(c) != 0, torch.as_tensor(x),
+                                      torch.as_tensor(y))
             elif n.op in UNARY:
                 x = vals[n.args[0]]
                 vals[i] = (float(UNARY[n.op].apply(np.float64(x), np))
@@ -101,7 +109,8 @@ def eager_program(graph: Graph) -> Callable[..., torch.Tensor]:
                 vals[i] = torch.einsum(spec, vals[a], vals[b])
             else:
                 raise ValueError(f"eager_program: op {n.op!r}")  # unreachable: checked graphs
-        return vals[out_id]
+        outs = tuple(vals[o] for o in out_ids)
+        return outs[0] if len(outs) == 1 else outs
 
     program.__name__ = f"eager_{graph.name}"
     return program
@@ -215,7 +224,9 @@ def _first_call(graph: Graph, name: str, args: tuple, reference: torch.Tensor,
         res.status = "compile_error" if name in COMPILE_PEERS else "launch_error"
         res.error = short_error(e)
         return None
-    res.relerr = relative_error(out, reference)
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = reference if isinstance(reference, tuple) else (reference,)
+    res.relerr = relative_error(outs, refs)
     del out
     if not math.isfinite(res.relerr):
         res.status, res.error = "nan", "output has NaN/Inf"

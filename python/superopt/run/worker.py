@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from . import protocol as P
-from .records import CompileOutcome, Comparison, PeerResult, TimingConfig
+from .records import CompileOutcome, PeerResult, TimingConfig
 
 #: A finite poison value for the second, "was it written?" launch (exact in fp16 and bf16).
 SENTINEL = -31232.0
@@ -98,14 +98,19 @@ class Worker:
 
         return random_inputs(self.graph, seed, dtype=self.tdtype, device=self.device)
 
-    def _reference(self, inputs: dict):
+    def _reference(self, inputs: dict) -> tuple:
+        """The float64 reference of every output (a tuple, in ``graph.outputs`` order)."""
         from ..ir.semantics import evaluate
 
         torch = self.torch
         ref = evaluate(self.graph, {k: v.to(torch.float64) for k, v in inputs.items()})
-        if not isinstance(ref, torch.Tensor):
-            ref = torch.from_numpy(ref)
-        return ref.to(device=self.device, dtype=torch.float64)
+        refs = ref if isinstance(ref, tuple) else (ref,)
+        return tuple((r if isinstance(r, torch.Tensor) else torch.from_numpy(r))
+                     .to(device=self.device, dtype=torch.float64) for r in refs)
+
+    def _poisoned_outputs(self, value: float) -> list:
+        return [self.torch.full(shape, value, dtype=self.tdtype, device=self.device)
+                for shape in self.graph.output_shapes]
 
     def _rotation_sets(self, timing: TimingConfig | None) -> tuple[list[dict], list]:
         """Input dicts and output buffers to rotate among while timing (built once)."""
@@ -115,13 +120,14 @@ class Worker:
             cfg = timing or TimingConfig()
             torch = self.torch
             first = self._inputs(ROTATION_SEED)
-            shape = tuple(self.graph.output_shape)
-            out_bytes = math.prod(shape) * self.tdtype.itemsize
+            shapes = self.graph.output_shapes
+            out_bytes = sum(math.prod(sh) for sh in shapes) * self.tdtype.itemsize
             n = rotation_count(tensor_bytes(first) + out_bytes, device=self.device,
                                factor=cfg.rotate_factor, l2=cfg.l2_bytes,
                                mem_cap_bytes=cfg.mem_cap_bytes, max_sets=cfg.max_sets)
             inputs = [first] + [self._inputs(ROTATION_SEED + i) for i in range(1, n)]
-            outs = [torch.empty(shape, dtype=self.tdtype, device=self.device) for _ in range(n)]
+            outs = [[torch.empty(sh, dtype=self.tdtype, device=self.device) for sh in shapes]
+                    for _ in range(n)]
             self._rotation = (inputs, outs)
         return self._rotation
 
@@ -131,10 +137,12 @@ class Worker:
         have = [(n, tuple(s)) for n, s in getattr(mod, "INPUTS", [])]
         if sorted(have) != sorted(want):
             raise InterfaceError(f"INPUTS {have} do not match the graph's inputs {want}")
-        out = tuple(getattr(mod, "OUTPUT_SHAPE", ()))
-        if out != tuple(self.graph.output_shape):
-            raise InterfaceError(f"OUTPUT_SHAPE {out} is not the graph's "
-                                 f"{tuple(self.graph.output_shape)}")
+        shapes = getattr(mod, "OUTPUT_SHAPES", None)
+        if shapes is None:  # a module written before several outputs existed
+            shapes = [getattr(mod, "OUTPUT_SHAPE", ())]
+        if [tuple(s) for s in shapes] != list(self.graph.output_shapes):
+            raise InterfaceError(f"OUTPUT_SHAPES {shapes} are not the graph's "
+                                 f"{list(self.graph.output_shapes)}")
         dtype = getattr(mod, "DTYPE", None)
         if dtype != self.dtype_name:
             raise InterfaceError(f"DTYPE {dtype!r} but this run is {self.dtype_name!r}")
@@ -228,34 +236,34 @@ class Worker:
         except Exception as e:  # noqa: BLE001
             return P.CheckOutcome("compile_error", error=_short(e))
         load_s = time.perf_counter() - t0
-        shape = tuple(self.graph.output_shape)
         worst = 0.0
         for seed in req.seeds:
             inputs = self._inputs(int(seed))
             args = [inputs[n] for n in order]
             ref = self._reference(inputs)
-            out = torch.full(shape, math.nan, dtype=self.tdtype, device=self.device)
+            outs = self._poisoned_outputs(math.nan)
             try:
-                launch(out, *args)
+                launch(*outs, *args)
                 self._sync()
             except Exception as e:  # noqa: BLE001
                 return P.CheckOutcome("launch_error", error=_short(e), load_s=load_s)
-            bad = int((~torch.isfinite(out)).sum())
+            bad = sum(int((torch.isfinite(o) != torch.isfinite(r)).sum())
+                      for o, r in zip(outs, ref))
             if bad:
                 return P.CheckOutcome("nan", error=self._describe_nonfinite(launch, args, bad),
                                       load_s=load_s)
-            rel = relative_error(out, ref)
+            rel = relative_error(tuple(outs), ref)
             worst = max(worst, rel)
             if not rel <= req.tolerance:
                 return P.CheckOutcome("wrong", relerr=rel, load_s=load_s,
                                       error=f"relative error {rel:.3g} > tolerance "
                                             f"{req.tolerance:g} (seed {seed})")
-            del out, ref, inputs, args
+            del outs, ref, inputs, args
         if not req.time:
             return P.CheckOutcome("ok", relerr=worst, load_s=load_s)
         try:
             ins, outs = self._rotation_sets(req.timing)
-            sets = [(o, *[d[n] for n in order]) for d, o in zip(ins, outs)]
+            sets = [(*o, *[d[n] for n in order]) for d, o in zip(ins, outs)]
             t = measure(launch, rotate=sets, config=req.timing, device=self.device)
         except Exception as e:  # noqa: BLE001
             return P.CheckOutcome("launch_error", relerr=worst, load_s=load_s,
@@ -266,15 +274,14 @@ class Worker:
     def _describe_nonfinite(self, launch: Any, args: list, bad: int) -> str:
         """Tell unwritten elements from computed NaN/Inf with a second, finitely poisoned
         launch."""
-        torch = self.torch
-        shape = tuple(self.graph.output_shape)
-        total = math.prod(shape)
-        text = f"{bad} of {total} output elements NaN/Inf after a NaN-poisoned launch"
+        total = sum(math.prod(sh) for sh in self.graph.output_shapes)
+        text = (f"{bad} of {total} output elements NaN/Inf where the reference is finite (or "
+                "finite where it is not) after a NaN-poisoned launch")
         try:
-            probe = torch.full(shape, SENTINEL, dtype=self.tdtype, device=self.device)
-            launch(probe, *args)
+            probes = self._poisoned_outputs(SENTINEL)
+            launch(*probes, *args)
             self._sync()
-            unwritten = int((probe == SENTINEL).sum())
+            unwritten = sum(int((p == SENTINEL).sum()) for p in probes)
         except Exception as e:  # noqa: BLE001
             return f"{text} (second launch failed: {_short(e, 200)})"
         if unwritten:
@@ -307,18 +314,17 @@ class Worker:
         ins, outs = self._rotation_sets(req.timing)
         check_inputs = self._inputs(int(req.seed))
         ref = self._reference(check_inputs)
-        shape = tuple(self.graph.output_shape)
         for cid, path, name in req.candidates:
             try:
                 order, launch = self._load(path, name)
-                out = self.torch.full(shape, math.nan, dtype=self.tdtype, device=self.device)
-                launch(out, *[check_inputs[n] for n in order])
+                outs_c = self._poisoned_outputs(math.nan)
+                launch(*outs_c, *[check_inputs[n] for n in order])
                 self._sync()
-                if not relative_error(out, ref) <= req.tolerance:
+                if not relative_error(tuple(outs_c), ref) <= req.tolerance:
                     continue  # a leader that goes wrong on fresh inputs is not timed
             except Exception:  # noqa: BLE001 - left out: its rounds stay None
                 continue
-            subjects[cid] = (launch, [(o, *[d[n] for n in order]) for d, o in zip(ins, outs)])
+            subjects[cid] = (launch, [(*o, *[d[n] for n in order]) for d, o in zip(ins, outs)])
         for name in req.peers:
             peer = make_checked_peer(self.graph, name, check_inputs, ref, req.tolerance)
             if peer is not None:

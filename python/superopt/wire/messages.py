@@ -1,4 +1,4 @@
-"""The messages of the wire format v1 between Lean and Python (specified in ``docs/wire.md``).
+"""The messages of the wire format v2 between Lean and Python (specified in ``docs/wire.md``).
 
 * schemas: ``*_to_wire`` build the documented maps (keys in the documented order) and
   ``*_from_wire`` check a decoded map field by field, raising
@@ -46,15 +46,17 @@ from .codec import (I64_MAX, I64_MIN, MAX_DEPTH, MAX_MESSAGE_BYTES, _exc_text, _
                     _join, _short, decode, encode)
 
 #: The protocol version this module speaks (the ``"v"`` of every message).
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 #: Exclusive upper bound of axis sizes, node ids and counts on the wire.
 INT31 = 1 << 31
 
 #: Request kinds :mod:`superopt.bridge` answers.
-REQUEST_KINDS = ("derive", "lower", "ping", "tune")
+REQUEST_KINDS = ("derive", "lower", "ping", "replay", "tune")
 #: The ``dtype`` values a request may name (:data:`superopt.dtypes.STORAGE_DTYPES`).
 DTYPES = STORAGE_DTYPES
 STATUSES = ("ok", "wrong", "nan", "compile_error", "launch_error", "crash", "timeout", "skipped")
+#: A peer may also be ``absent`` (its library is not installed: never reported as slower).
+PEER_STATUSES = STATUSES + ("absent",)
 
 #: Node map keys per op, in wire order.
 NODE_KEYS: dict[str, tuple[str, ...]] = {
@@ -62,22 +64,28 @@ NODE_KEYS: dict[str, tuple[str, ...]] = {
     "size": ("op", "axis"),
     "eps": ("op", "value"),
     "const": ("op", "value"),
+    "band": ("op", "axis_a", "axis_b", "lo", "hi"),
     **{op: ("op", "x") for op in UNARY_OPS},
     **{op: ("op", "x", "y") for op in BINARY_OPS},
     "reduce": ("op", "fn", "axis", "x"),
     "matmul": ("op", "a", "b", "axis_a", "axis_b"),
+    "select": ("op", "c", "x", "y"),
 }
-GRAPH_KEYS = ("v", "kind", "name", "axes", "nodes", "output")
+GRAPH_KEYS = ("v", "kind", "name", "axes", "nodes", "outputs")
+PLAN_KEYS = ("v", "kind", "graph", "kernels")
+KERNEL_KEYS = ("nodes", "grid", "stream", "online", "shared")
 DERIVATION_KEYS = ("v", "kind", "workload", "id", "steps")
 STEP_KEYS = ("rule", "site", "params")
 REQUEST_KEYS: dict[str, tuple[str, ...]] = {
     "ping": ("v", "kind"),
     "derive": ("v", "kind", "graph", "max_depth"),
-    "lower": ("v", "kind", "graph", "derivation", "config"),
+    "lower": ("v", "kind", "graph", "derivation", "config", "dtype"),
+    "replay": ("v", "kind", "graph", "derivations"),
     "tune": ("v", "kind", "graph", "derivations", "dtype", "budget", "out_dir"),
 }
 BUDGET_KEYS = ("candidates", "seconds")
-RESULTS_KEYS = ("v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1")
+RESULTS_KEYS = ("v", "kind", "workload", "device", "candidates", "peers", "floor_us", "top1",
+                "certificate")
 CANDIDATE_KEYS = ("id", "derivation", "config", "status", "call_us", "graph_us", "relerr",
                   "source_hash", "error")
 PEER_KEYS = ("name", "call_us", "graph_us", "relerr", "status")
@@ -136,7 +144,8 @@ def _map(x: Any, keys: Sequence[str], path: str, *, versioned: str | None = None
 
 
 def check_version(x: dict, path: str = "") -> None:
-    """Raise :class:`VersionError` at ``<path>.v`` unless ``x["v"]`` is the integer 1."""
+    """Raise :class:`VersionError` at ``<path>.v`` unless ``x["v"]`` is the integer
+    :data:`WIRE_VERSION`."""
     where = _join(path, "v")
     if "v" not in x:
         raise VersionError(f"missing protocol version 'v'; this side speaks v={WIRE_VERSION}",
@@ -212,7 +221,8 @@ def graph_to_wire(g: Graph) -> dict:
 
     Raises:
         SchemaError: a graph the wire cannot carry: an axis size ≥ 2³¹
-            (``graph.axes[i][1]``) or a NaN constant (``graph.nodes[i].value``).
+            (``graph.axes[i][1]``), a NaN constant or an eps that is negative or infinite
+            (``graph.nodes[i].value``).
     """
     for i, (_, size) in enumerate(g.axes):
         if size >= INT31:
@@ -220,11 +230,20 @@ def graph_to_wire(g: Graph) -> dict:
     nodes = []
     for i, n in enumerate(g.nodes):
         w = _node_to_wire(n)
-        if "value" in w and math.isnan(w["value"]):
-            raise SchemaError("NaN is not allowed here", path=f"graph.nodes[{i}].value")
+        if "value" in w:
+            _check_value(n.op, w["value"], f"graph.nodes[{i}].value")
         nodes.append(w)
     return {"v": WIRE_VERSION, "kind": "graph", "name": g.name,
-            "axes": [[a, s] for a, s in g.axes], "nodes": nodes, "output": g.output}
+            "axes": [[a, s] for a, s in g.axes], "nodes": nodes, "outputs": list(g.outputs)}
+
+
+def _check_value(op: str, v: float, path: str) -> float:
+    """eps: finite and ≥ 0; const: finite or ±∞; NaN never (docs/wire.md 4.1)."""
+    if math.isnan(v):
+        raise SchemaError("NaN is not allowed here", path=path)
+    if op == "eps" and not (math.isfinite(v) and v >= 0):
+        raise SchemaError(f"eps must be finite and >= 0, got {v!r}", path=path)
+    return v
 
 
 def _node_to_wire(n: Node) -> dict:
@@ -235,6 +254,10 @@ def _node_to_wire(n: Node) -> dict:
         return {"op": op, "axis": n.axis}
     if op in ("eps", "const"):
         return {"op": op, "value": float(n.value)}
+    if op == "band":
+        return {"op": op, "axis_a": n.axis, "axis_b": n.axis_b, "lo": n.lo, "hi": n.hi}
+    if op == "select":
+        return {"op": op, "c": n.args[0], "x": n.args[1], "y": n.args[2]}
     if op in UNARY_OPS:
         return {"op": op, "x": n.args[0]}
     if op in BINARY_OPS:
@@ -250,12 +273,12 @@ def graph_from_wire(obj: Any, path: str = "graph") -> Graph:
     """The checked :class:`Graph` of a decoded graph map.
 
     Raises:
-        VersionError: ``<path>.v`` is not 1.
+        VersionError: ``<path>.v`` is not 2.
         SchemaError: a missing/extra key, wrong type, out-of-range int, unknown op or
             reduce fn, NaN constant; ``path`` names the field, e.g. ``graph.nodes[3].axis``.
         GraphError: (a subclass) the graph check fails: ``<path>.nodes[i]`` (or
             ``.nodes[i].x`` for an id that names no earlier node), ``<path>.axes[i]``,
-            ``<path>.output``.
+            ``<path>.outputs[i]``.
     """
     x = _map(obj, GRAPH_KEYS, path, versioned="graph")
     name = _str(x["name"], _join(path, "name"))
@@ -271,11 +294,11 @@ def graph_from_wire(obj: Any, path: str = "graph") -> Graph:
     raw_nodes = _array(x["nodes"], nodes_path)
     nodes = [_node_from_wire(n, f"{nodes_path}[{i}]", i, len(raw_nodes))
              for i, n in enumerate(raw_nodes)]
-    out = x["output"]
-    if out is not None:
-        _count(out, _join(path, "output"))
+    outs_path = _join(path, "outputs")
+    outs = tuple(_count(o, f"{outs_path}[{i}]")
+                 for i, o in enumerate(_array(x["outputs"], outs_path)))
     try:
-        return Graph(name, tuple(axes), tuple(nodes), out)
+        return Graph(name, tuple(axes), tuple(nodes), outs)
     except GraphError as e:
         raise type(e)(e.message, path=_join(path, e.path)) from None
 
@@ -309,7 +332,16 @@ def _node_from_wire(obj: Any, path: str, index: int, n_nodes: int) -> Node:
     if op == "size":
         return Node("size", axis=_str(x["axis"], _join(path, "axis")))
     if op in ("eps", "const"):
-        return Node(op, value=_f64(x["value"], _join(path, "value"), allow_nan=False))
+        vp = _join(path, "value")
+        return Node(op, value=_check_value(op, _f64(x["value"], vp, allow_nan=False), vp))
+    if op == "band":
+        axis_a = _str(x["axis_a"], _join(path, "axis_a"))
+        axis_b = _str(x["axis_b"], _join(path, "axis_b"))
+        lo = _opt(x["lo"], _join(path, "lo"), _i64)
+        hi = _opt(x["hi"], _join(path, "hi"), _i64)
+        return Node("band", axis=axis_a, axis_b=axis_b, lo=lo, hi=hi)
+    if op == "select":
+        return Node("select", (node_id("c"), node_id("x"), node_id("y")))
     if op in UNARY_OPS:
         return Node(op, (node_id("x"),))
     if op in BINARY_OPS:
@@ -434,9 +466,16 @@ def derive_request(graph: Graph, max_depth: int) -> dict:
             "max_depth": max_depth}
 
 
-def lower_request(graph: Graph, derivation: Derivation, config: Mapping[str, Any]) -> dict:
+def lower_request(graph: Graph, derivation: Derivation, config: Mapping[str, Any],
+                  dtype: str = "float16") -> dict:
     return {"v": WIRE_VERSION, "kind": "lower", "graph": graph_to_wire(graph),
-            "derivation": derivation_to_wire(derivation), "config": config_to_wire(config)}
+            "derivation": derivation_to_wire(derivation), "config": config_to_wire(config),
+            "dtype": dtype}
+
+
+def replay_request(graph: Graph, derivations: Iterable[Derivation]) -> dict:
+    return {"v": WIRE_VERSION, "kind": "replay", "graph": graph_to_wire(graph),
+            "derivations": [derivation_to_wire(d) for d in derivations]}
 
 
 def tune_request(graph: Graph, derivations: Iterable[Derivation], dtype: str,
@@ -452,13 +491,14 @@ def parse_request(obj: Any) -> dict:
 
     Returns:
         ``{"kind": "ping"}``; ``{"kind": "derive", "graph": Graph, "max_depth": int}``;
-        ``{"kind": "lower", "graph": Graph, "derivation": Derivation, "config": dict}``;
+        ``{"kind": "lower", "graph": Graph, "derivation": Derivation, "config": dict,
+        "dtype": str}``; ``{"kind": "replay", "graph": Graph, "derivations": [Derivation]}``;
         ``{"kind": "tune", "graph": Graph, "derivations": [Derivation], "dtype": str,
         "budget_candidates": int, "budget_seconds": float, "out_dir": str | None}``.
 
     Raises:
         SchemaError: the top level is not a map (path ``""``), or a field violation.
-        VersionError: ``v`` (or a nested ``graph.v`` ...) is not 1.
+        VersionError: ``v`` (or a nested ``graph.v`` ...) is not 2.
         UnknownKindError: ``kind`` names no request (path ``kind``).
         GraphError: the graph check of ``graph`` fails.
     """
@@ -480,9 +520,12 @@ def parse_request(obj: Any) -> dict:
     if kind == "lower":
         return {"kind": kind, "graph": graph,
                 "derivation": derivation_from_wire(x["derivation"], "derivation"),
-                "config": config_from_wire(x["config"], "config")}
+                "config": config_from_wire(x["config"], "config"),
+                "dtype": _enum(x["dtype"], "dtype", DTYPES, "dtype")}
     derivations = [derivation_from_wire(d, f"derivations[{i}]")
                    for i, d in enumerate(_array(x["derivations"], "derivations"))]
+    if kind == "replay":
+        return {"kind": kind, "graph": graph, "derivations": derivations}
     dtype = _enum(x["dtype"], "dtype", DTYPES, "dtype")
     budget = _map(x["budget"], BUDGET_KEYS, "budget")
     candidates = _count(budget["candidates"], "budget.candidates")
@@ -506,6 +549,21 @@ def pong_response(version: str) -> dict:
 def derivations_response(derivations: Iterable[Derivation]) -> dict:
     return {"v": WIRE_VERSION, "kind": "derivations",
             "derivations": [derivation_to_wire(d) for d in derivations]}
+
+
+def plan_to_wire(plan: Any) -> dict:
+    """The plan map (``docs/wire.md`` 4.6) of a :class:`superopt.derive.plan.Plan`: its graph
+    and its kernels (``nodes``/``shared`` ascending, ``grid`` in the kernel's order); Lean
+    compares these bytes with its own plan's before it asks for timing."""
+    return {"v": WIRE_VERSION, "kind": "plan", "graph": graph_to_wire(plan.graph),
+            "kernels": [{"nodes": sorted(set(k.nodes)), "grid": list(k.grid),
+                         "stream": k.stream, "online": bool(k.online),
+                         "shared": sorted(set(k.shared))} for k in plan.kernels]}
+
+
+def plans_response(plans: Iterable[Any]) -> dict:
+    """The answer to ``replay``: each derivation's replayed plan, in order."""
+    return {"v": WIRE_VERSION, "kind": "plans", "plans": [plan_to_wire(p) for p in plans]}
 
 
 def lowered_response(source: str, source_hash: str) -> dict:
@@ -563,12 +621,13 @@ def peer_to_wire(p: Mapping[str, Any], path: str = "peer") -> dict:
             "call_us": _float_out(f["call_us"], _join(path, "call_us")),
             "graph_us": _float_out(f["graph_us"], _join(path, "graph_us")),
             "relerr": _float_out(f["relerr"], _join(path, "relerr")),
-            "status": _enum(f["status"], _join(path, "status"), STATUSES, "status")}
+            "status": _enum(f["status"], _join(path, "status"), PEER_STATUSES, "status")}
 
 
 def results_to_wire(r: Mapping[str, Any]) -> dict:
     """The ``results`` response map from a plain dict with keys ``workload, device,
-    candidates, peers`` and optionally ``floor_us, top1`` (``v``/``kind`` may be given).
+    candidates, peers`` and optionally ``floor_us, top1, certificate`` (``v``/``kind`` may be
+    given; ``certificate`` defaults to ``[]``).
 
     Raises:
         SchemaError: a missing or unknown key or a value of the wrong type, with ``path``
@@ -586,7 +645,9 @@ def results_to_wire(r: Mapping[str, Any]) -> dict:
             "device": _str(f["device"], f"{path}.device"),
             "candidates": cands, "peers": peers,
             "floor_us": _float_out(f["floor_us"], f"{path}.floor_us"),
-            "top1": _opt(f["top1"], f"{path}.top1", _str)}
+            "top1": _opt(f["top1"], f"{path}.top1", _str),
+            "certificate": [_str(t, f"{path}.certificate[{i}]", nonempty=True) for i, t in
+                            enumerate(_seq(f["certificate"] or [], f"{path}.certificate"))]}
 
 
 def _seq(x: Any, path: str) -> list:
@@ -621,9 +682,11 @@ def results_from_wire(obj: Any, path: str = "") -> dict:
         _str(q["name"], _join(p, "name"))
         for k in ("call_us", "graph_us", "relerr"):
             _opt(q[k], _join(p, k), _f64)
-        _enum(q["status"], _join(p, "status"), STATUSES, "status")
+        _enum(q["status"], _join(p, "status"), PEER_STATUSES, "status")
     _opt(x["floor_us"], _join(path, "floor_us"), _f64)
     _opt(x["top1"], _join(path, "top1"), _str)
+    for i, t in enumerate(_array(x["certificate"], _join(path, "certificate"))):
+        _str(t, f"{_join(path, 'certificate')}[{i}]", nonempty=True)
     return x
 
 
