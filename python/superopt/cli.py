@@ -1,9 +1,14 @@
 """The command line: ``superopt run``, ``superopt derive``, ``superopt workloads``.
 
-    superopt run WORKLOAD [--case k=v,...] [--dtype fp16|bf16] [--budget N] [--time-budget S]
-                          [--out DIR] [--dry-run]
-    superopt derive WORKLOAD [--case ...] [--json] [--show ID --out FILE.png]
+    superopt run GRAPH [--case k=v,...] [--dtype fp16|bf16] [--budget N] [--time-budget S]
+                       [--max-depth D] [--max-plans P] [--out DIR] [--dry-run]
+    superopt derive GRAPH [--case ...] [--json] [--max-depth D] [--max-plans P]
+                          [--show ID --out FILE.png]
     superopt workloads
+
+GRAPH is a workload name (``attention``), a user's ``FILE.py:FUNCTION`` (the function takes
+the ``--case`` sizes as keyword arguments and returns a Graph) or a wire-format
+``GRAPH.msgpack`` (:mod:`superopt.graphs`).
 
 Exit status: 0 success (also when the reader of stdout goes away early, e.g. ``| head -1``);
 2 bad usage or input (one line on stderr naming the problem); 3 timing asked for on a machine
@@ -21,12 +26,11 @@ import json
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
 from .dtypes import DTYPES, STORAGE_DTYPES
 from .errors import CaseError, NoCudaError, OutOfMemoryError, SuperoptError, from_exception
-from .ir.workloads import WORKLOADS, get_workload, parse_case
+from .ir.workloads import WORKLOADS, parse_case
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NO_CUDA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 #: Error kinds that are the input's fault: exit status 2 (the graph kinds come from a bad
@@ -86,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "TileLang, check and time kernels against torch.compile, cuBLAS and cuDNN.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="the main job: derive, lower, compile, check, time, rank")
-    r.add_argument("workload", help=f"one of {', '.join(WORKLOADS)}")
+    graph_help = (f"a workload ({', '.join(WORKLOADS)}), FILE.py:FUNCTION or GRAPH.msgpack")
+    r.add_argument("graph", help=graph_help)
     r.add_argument("--case", help="sizes, e.g. m=256,n=512 (default: the reference case)")
     r.add_argument("--dtype", choices=[DTYPES[n].short for n in STORAGE_DTYPES], default="fp16")
     r.add_argument("--budget", type=_budget, default=24, help="candidates to try (default 24)")
@@ -98,21 +103,29 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--no-peers", action="store_true",
                    help="skip timing the peers (and the comparison with them)")
-    d = sub.add_parser("derive", help="list the derivations of a workload")
-    d.add_argument("workload")
+    _cap_options(r)
+    d = sub.add_parser("derive", help="list the derivations of a graph")
+    d.add_argument("graph", help=graph_help)
     d.add_argument("--case")
     d.add_argument("--json", action="store_true", help="one JSON document")
     d.add_argument("--show", metavar="ID", help="draw derivation ID (needs --out FILE.png)")
     d.add_argument("--out", metavar="FILE", help="picture file (.png, .svg, .pdf or .dot)")
-    d.add_argument("--max-depth", type=_depth, default=None,
-                   help="rule steps to search (default 12)")
+    _cap_options(d)
     sub.add_parser("workloads", help="list the workloads and their reference cases")
     return p
 
 
+def _cap_options(p: argparse.ArgumentParser) -> None:
+    from .derive.enumerator import DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS
+    p.add_argument("--max-depth", type=_depth, default=DEFAULT_MAX_DEPTH,
+                   help=f"rule steps to search before completion (default {DEFAULT_MAX_DEPTH})")
+    p.add_argument("--max-plans", type=_budget, default=DEFAULT_MAX_PLANS,
+                   help=f"distinct plans to explore at most (default {DEFAULT_MAX_PLANS})")
+
+
 def _graph(args):
-    w = get_workload(args.workload)
-    return w.graph(**parse_case(args.case))
+    from .graphs import load_graph
+    return load_graph(args.graph, parse_case(args.case))
 
 
 def cmd_workloads(args) -> int:
@@ -122,7 +135,7 @@ def cmd_workloads(args) -> int:
 
 
 def cmd_derive(args) -> int:
-    from .derive import DEFAULT_MAX_DEPTH, derive_all, find
+    from .derive import enumerate_derivations, find
     from .lower import match_plan
     from .errors import LoweringError
     from .wire import derivation_to_wire
@@ -134,19 +147,25 @@ def cmd_derive(args) -> int:
         raise CaseError(f"cannot tell the picture format of {args.out!r}; use one of "
                         f"{', '.join(PICTURE_SUFFIXES)}", path="--out")
     g = _graph(args)
-    derived = derive_all(g, DEFAULT_MAX_DEPTH if args.max_depth is None else args.max_depth)
+    e = enumerate_derivations(g, args.max_depth, args.max_plans)
+    derived = e.derived
+    cap_note = (None if e.capped is None else
+                f"note: the enumerator stopped at --{e.capped.replace('_', '-')} "
+                f"{args.max_depth if e.capped == 'max_depth' else args.max_plans} "
+                f"({e.explored} plans explored); raise it to see more")
     if args.show:
         from .draw import derivation_dot, render
         try:
             d = find(derived, args.show)
-        except SuperoptError as e:
-            raise CaseError(e.message, path="--show") from None
+        except SuperoptError as err:
+            raise CaseError(err.message, path="--show") from None
         try:
             path = render(derivation_dot(g, d.derivation), args.out)
-        except OSError as e:
-            raise CaseError(f"cannot write {args.out!r}: {e.strerror or e}", path="--out") from None
-        except RuntimeError as e:  # graphviz missing: the .dot text was written instead
-            print(f"superopt: error: {e}", file=sys.stderr)
+        except OSError as err:
+            raise CaseError(f"cannot write {args.out!r}: {err.strerror or err}",
+                            path="--out") from None
+        except RuntimeError as err:  # graphviz missing: the .dot text was written instead
+            print(f"superopt: error: {err}", file=sys.stderr)
             return EXIT_FAILURE
         print(f"wrote {path}")
         return 0
@@ -158,7 +177,7 @@ def cmd_derive(args) -> int:
             continue
     if args.json:
         doc = {"workload": g.name, "case": g.sizes, "derivations_total": len(derived),
-               "derivations": []}
+               "capped": e.capped, "derivations": []}
         for d, m in lowered:
             w = derivation_to_wire(d.derivation)
             doc["derivations"].append({"id": w["id"], "kernels": len(m.kernels),
@@ -173,6 +192,8 @@ def cmd_derive(args) -> int:
                  if s.rule not in ("tile_parallel", "stream_reduction")]
         print(f"  {d.derivation.id:>5}  {len(m.kernels)} kernel(s) [{', '.join(m.families)}]  "
               f"{' → '.join(steps) or '(literal graph)'}")
+    if cap_note:
+        print(cap_note)
     return 0
 
 
@@ -208,11 +229,13 @@ def cmd_run(args) -> int:
     from .search import dry_run, tune
     dt = dtype(args.dtype).name
     command = "superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    caps = {"max_depth": args.max_depth, "max_plans": args.max_plans}
     if args.dry_run:
-        record = dry_run(g, dtype=dt, budget=args.budget, command=command)
+        record = dry_run(g, dtype=dt, budget=args.budget, command=command, **caps)
     else:
         record = tune(g, dtype=dt, budget=args.budget, budget_s=args.time_budget,
-                      progress=not args.no_progress, peers=not args.no_peers, command=command)
+                      progress=not args.no_progress, peers=not args.no_peers, command=command,
+                      **caps)
     print_table(record)
     if out is not None:
         paths = write_outputs(record, out)

@@ -27,12 +27,13 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from .derive.derivation import Derivation, Derived
-from .derive.enumerator import DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, derive_all, replay
+from .derive.enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, enumerate_derivations,
+                                replay)
 from .dtypes import dtype_name, itemsize, storage_dtype as _storage
 from .errors import DerivationError, LoweringError
 from .ir.dag import Graph
@@ -92,9 +93,14 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     dtype = _storage(dtype).name
     capped = None
     if derived is None:
-        derived = derive_all(graph, max_depth, max_plans)
-        if len(derived) >= max_plans:
-            capped = f"the enumerator stopped at max_plans={max_plans}"
+        e = enumerate_derivations(graph, max_depth, max_plans)
+        derived = e.derived
+        if e.capped == "max_plans":
+            capped = (f"the enumerator stopped at --max-plans {max_plans} ({e.explored} plans "
+                      "explored): plans it did not reach were not searched")
+        elif e.capped == "max_depth":
+            capped = (f"the enumerator stopped at --max-depth {max_depth}: rules still applied "
+                      "to plans at that depth, so deeper plans were not searched")
     matched: list[tuple[Derived, PlanMatch]] = []
     for d in derived:
         try:
@@ -140,7 +146,8 @@ def _command(command: str | None) -> str:
 
 def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
             command: str | None = None, workers: int | None = None,
-            on_done: Any = None, plans: Plans | None = None) -> RunRecord:
+            on_done: Any = None, plans: Plans | None = None,
+            max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS) -> RunRecord:
     """Derive, match, choose and lower every candidate to CUDA C for sm_90a, without a GPU.
 
     Returns:
@@ -151,7 +158,8 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     from .run.pool import lower_candidates
 
     t0 = time.monotonic()
-    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget)
+    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, max_depth=max_depth,
+                                     max_plans=max_plans)
     t_plan = time.monotonic() - t0
     outcomes = lower_candidates([c.candidate() for c in plans.candidates], workers,
                                 on_done=on_done)
@@ -169,7 +177,8 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
          device: str = "cuda", progress: bool = True, command: str | None = None,
          peers: bool = True, timing: TimingConfig | None = None,
          derived: list[Derived] | None = None, plans: Plans | None = None,
-         final_rounds: int = 3, final_processes: int = 1, leaders: int = 3) -> RunRecord:
+         final_rounds: int = 3, final_processes: int = 1, leaders: int = 3,
+         max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS) -> RunRecord:
     """Run the main job on ``graph`` and return its :class:`RunRecord`.
 
     Args:
@@ -187,7 +196,8 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
 
     require_cuda(device)
     t0 = time.monotonic()
-    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived)
+    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived,
+                                     max_depth=max_depth, max_plans=max_plans)
     t_plan = time.monotonic() - t0
     dtype = dtype_name(dtype)
     by_id = {c.id: c for c in plans.candidates}

@@ -112,7 +112,8 @@ def _one_line(p: subprocess.CompletedProcess, status: int) -> str:
 # -- usage errors: status 2, one line -------------------------------------------------------
 
 def test_unknown_workload(ran):
-    want = f"superopt: error: workload: unknown workload 'conv'; known: {KNOWN}"
+    want = (f"superopt: error: graph: 'conv' is neither a workload ({KNOWN}), nor "
+            "FILE.py:FUNCTION, nor a GRAPH.msgpack")
     assert _one_line(ran["unknown_workload_derive"], 2) == want
     assert _one_line(ran["unknown_workload_run"], 2) == want
     assert ran["unknown_workload_derive"].stdout == ""
@@ -163,7 +164,7 @@ def test_argparse_usage_errors_are_one_line(ran):
     assert _one_line(ran["no_args"], 2) == \
         "superopt: error: the following arguments are required: cmd"
     assert _one_line(ran["missing_workload"], 2) == \
-        "superopt: error: the following arguments are required: workload"
+        "superopt: error: the following arguments are required: graph"
     assert _one_line(ran["bad_command"], 2).startswith(
         "superopt: error: argument cmd: invalid choice: 'frobnicate'")
 
@@ -225,7 +226,8 @@ def test_workloads(ran):
 def _check_json(p: subprocess.CompletedProcess, workload: str) -> dict:
     assert p.returncode == 0 and p.stderr == "", p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"workload", "case", "derivations_total", "derivations"}
+    assert set(doc) == {"workload", "case", "derivations_total", "capped", "derivations"}
+    assert doc["capped"] is None
     assert doc["workload"] == workload and doc["derivations_total"] >= len(doc["derivations"])
     ids = [d["id"] for d in doc["derivations"]]
     assert ids and len(set(ids)) == len(ids)

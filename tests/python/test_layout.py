@@ -191,3 +191,20 @@ def test_the_solver_modules_fail_cleanly_without_sympy_and_z3(name):
                              f"    raise SystemExit('imported without a solver')")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() in ("sympy", "z3"), r.stdout
+
+
+#: Modules whose whole body is a re-export of their stage (a face keeps users' import paths).
+FACES = {"superopt", "superopt.dag", "superopt.dsl", "superopt.workloads"}
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_no_module_over_700_lines(mod):
+    n = MODULES[mod].read_text(encoding="utf-8").count("\n")
+    assert n <= 700, f"{mod} has {n} lines"
+
+
+@pytest.mark.parametrize("mod", sorted(m for m in MODULES
+                                       if m not in FACES and not MODULES[m].name == "__init__.py"))
+def test_every_module_says_what_it_owns(mod):
+    doc = ast.get_docstring(ast.parse(MODULES[mod].read_text(encoding="utf-8"))) or ""
+    assert "Owns" in doc, f"{mod}: the opening docstring says nothing of what it owns"

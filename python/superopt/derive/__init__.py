@@ -11,8 +11,9 @@ The second stage: imports the IR only. Mirrors ``Lean/Superopt/Derive/``.
 """
 
 from .derivation import Derivation, Derived, Step
-from .enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, complete, derive_all, explore,
-                         find, replay)
+from .enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, Enumeration, complete,
+                         derive_all, enumerate_derivations, explore, find, replay)
 
 __all__ = ["Derivation", "Derived", "Step", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_PLANS",
-           "complete", "derive_all", "explore", "find", "replay"]
+           "Enumeration", "complete", "derive_all", "enumerate_derivations", "explore", "find",
+           "replay"]

@@ -26,6 +26,7 @@ express is not a fact about derivations) or anything later.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from ..errors import DerivationError, SuperoptError
 from ..ir.dag import Graph
@@ -40,16 +41,34 @@ DEFAULT_MAX_DEPTH = 12
 DEFAULT_MAX_PLANS = 20000
 
 
-def explore(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
-            max_plans: int = DEFAULT_MAX_PLANS) -> list[tuple[Plan, tuple[Step, ...]]]:
-    """Every distinct plan reachable within ``max_depth`` search-rule steps, in BFS order."""
+@dataclass(frozen=True)
+class Enumeration:
+    """What the enumerator found and whether a cap cut it short.
+
+    Attributes:
+        derived: the derivations, as :func:`derive_all` returns them.
+        explored: distinct plans explored before completion.
+        capped: ``"max_plans"`` (the plan cap stopped the search), ``"max_depth"`` (a plan at
+            the depth cap still had a rule that applies: deeper plans were not explored) or
+            ``None`` (the search space was exhausted).
+    """
+
+    derived: list[Derived]
+    explored: int
+    capped: str | None
+
+
+def _explore(graph: Graph, max_depth: int, max_plans: int):
     start = initial_plan(graph)
     seen = {start.canonical()}
     found = [(start, ())]
     frontier = deque([(start, ())])
+    capped = None
     while frontier:
         plan, steps = frontier.popleft()
         if len(steps) >= max_depth:
+            if capped is None and any(RULES[r].sites(plan) for r in SEARCH_RULES):
+                capped = "max_depth"
             continue
         for rule_id in SEARCH_RULES:
             rule = RULES[rule_id]
@@ -63,8 +82,15 @@ def explore(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
                 found.append(item)
                 frontier.append(item)
                 if len(found) >= max_plans:
-                    return found
-    return found
+                    return found, "max_plans"
+    return found, capped
+
+
+def explore(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
+            max_plans: int = DEFAULT_MAX_PLANS) -> list[tuple[Plan, tuple[Step, ...]]]:
+    """Every distinct plan reachable within ``max_depth`` search-rule steps, in BFS order
+    (at most ``max_plans``)."""
+    return _explore(graph, max_depth, max_plans)[0]
 
 
 def complete(plan: Plan) -> tuple[Plan, tuple[Step, ...]]:
@@ -91,16 +117,23 @@ def derive_all(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
     (:func:`superopt.lower.lowerable`), asked by the search, so this list is exactly what
     Lean's ``deriveAll`` enumerates (the golden ``*.derivations.msgpack`` files).
     """
+    return enumerate_derivations(graph, max_depth, max_plans).derived
+
+
+def enumerate_derivations(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
+                          max_plans: int = DEFAULT_MAX_PLANS) -> Enumeration:
+    """:func:`derive_all` with what a report needs to say about the caps."""
+    explored, capped = _explore(graph, max_depth, max_plans)
     out: list[Derived] = []
     seen = set()
-    for plan, steps in explore(graph, max_depth, max_plans):
+    for plan, steps in explored:
         done, tail = complete(plan)
         key = done.canonical()
         if key in seen:
             continue
         seen.add(key)
         out.append(Derived(Derivation(graph.name, f"d{len(seen) - 1}", steps + tail), done))
-    return out
+    return Enumeration(out, len(explored), capped)
 
 
 def replay(graph: Graph, steps: tuple[Step, ...] | list[Step]) -> Plan:

@@ -174,7 +174,7 @@ def _stabilize_apply(plan: Plan, site: Site) -> Plan:
     return initial_plan(rewrite_graph(g, p, emit))
 
 
-def _row_scale_parts(g: Graph, y: NodeId, contracted: str):
+def row_scale_parts(g: Graph, y: NodeId, contracted: str):
     """If node ``y`` is ``X·s``, ``s·X`` or ``X/s`` with ``s`` a row scale, return (op, X, s)."""
     n = g.nodes[y]
     if n.op not in ("mul", "div"):
@@ -195,7 +195,7 @@ def _factor_sites(plan: Plan) -> list[Site]:
         if n.op != "matmul":
             continue
         for idx, (arg, ax) in enumerate(((n.args[0], n.axis), (n.args[1], n.axis_b))):
-            if _row_scale_parts(g, arg, ax) is not None:
+            if row_scale_parts(g, arg, ax) is not None:
                 out.append((i, idx))
     return out
 
@@ -205,7 +205,7 @@ def _factor_apply(plan: Plan, site: Site) -> Plan:
     o, idx = site
     n = g.nodes[o]
     ax = n.axis if idx == 0 else n.axis_b
-    op, x, s = _row_scale_parts(g, n.args[idx], ax)
+    op, x, s = row_scale_parts(g, n.args[idx], ax)
 
     def emit(em: _Emitter) -> NodeId:
         args = list(em.old(a) for a in n.args)
@@ -235,7 +235,7 @@ def _exp2_apply(plan: Plan, site: Site) -> Plan:
 
 # -- schedule rules -----------------------------------------------------------------------
 
-def _merge(plan: Plan, into: int, others: list[int], **changes) -> Plan:
+def merge_kernels(plan: Plan, into: int, others: list[int], **changes) -> Plan:
     """Kernel ``into`` absorbs ``others`` (their nodes), at ``into``'s position."""
     ks = list(plan.kernels)  # ``shared``: the anchor nodes that read one operand tile
     nodes = set(ks[into].nodes)
@@ -322,8 +322,8 @@ def _fuse_epilogue_sites(plan: Plan) -> list[Site]:
 def _fuse_epilogue_apply(plan: Plan, site: Site) -> Plan:
     p, c = site
     if _epilogue_position(plan, p, c) == p:
-        return _merge(plan, p, [c])
-    return _merge(plan, c, [p])
+        return merge_kernels(plan, p, [c])
+    return merge_kernels(plan, c, [p])
 
 
 def _fuse_prologue_sites(plan: Plan) -> list[Site]:
@@ -398,10 +398,10 @@ def _share_sites(plan: Plan) -> list[Site]:
 
 def _share_apply(plan: Plan, site: Site) -> Plan:
     k1, k2 = site
-    return _merge(plan, k1, [k2], shared=tuple(_anchors(plan, k1) + _anchors(plan, k2)))
+    return merge_kernels(plan, k1, [k2], shared=tuple(_anchors(plan, k1) + _anchors(plan, k2)))
 
 
-def _online_parts(g: Graph, o: NodeId):
+def online_parts(g: Graph, o: NodeId):
     """Match ``O = E @_a V`` over ``E = exp(S − M)`` or ``exp2((S − M)·c)``; return the node set."""
     n = g.nodes[o]
     if n.op != "matmul" or n.axis != n.axis_b:
@@ -443,7 +443,7 @@ def _online_parts(g: Graph, o: NodeId):
 def _online_sites(plan: Plan) -> list[Site]:
     g, out = plan.graph, []
     for o, n in enumerate(g.nodes):
-        nodes = _online_parts(g, o) if n.op == "matmul" else None
+        nodes = online_parts(g, o) if n.op == "matmul" else None
         if nodes is None:
             continue
         ks = {plan.owner(i) for i in nodes}
@@ -455,12 +455,12 @@ def _online_sites(plan: Plan) -> list[Site]:
 
 def _online_apply(plan: Plan, site: Site) -> Plan:
     (o,) = site
-    nodes = _online_parts(plan.graph, o)
+    nodes = online_parts(plan.graph, o)
     ks = sorted({plan.owner(i) for i in nodes})
-    return _merge(plan, ks[0], ks[1:], stream=plan.graph.nodes[o].axis, online=True)
+    return merge_kernels(plan, ks[0], ks[1:], stream=plan.graph.nodes[o].axis, online=True)
 
 
-def _split_parts(plan: Plan, k: int, n: NodeId):
+def split_parts(plan: Plan, k: int, n: NodeId):
     """The nodes that move out with per-row reduction ``n``: its in-kernel ancestors and its
     per-row descendants (same axes, reading only moved nodes and leaves)."""
     g = plan.graph
@@ -499,14 +499,14 @@ def _split_sites(plan: Plan) -> list[Site]:
         for n in kern.nodes:
             node = g.nodes[n]
             if node.op == "reduce" and len(node.axes) < len(dom) and \
-                    dom[:len(node.axes)] == node.axes and _split_parts(plan, k, n) is not None:
+                    dom[:len(node.axes)] == node.axes and split_parts(plan, k, n) is not None:
                 out.append((k, n))
     return out
 
 
 def _split_apply(plan: Plan, site: Site) -> Plan:
     k, n = site
-    moved = _split_parts(plan, k, n)
+    moved = split_parts(plan, k, n)
     kern = plan.kernels[k]
     first = Kernel(tuple(sorted(moved)), (), kern.stream, False, ())
     rest_nodes = tuple(i for i in kern.nodes if i not in moved)

@@ -38,7 +38,8 @@ class GemmPattern:
 def gemm_pattern(graph: Graph) -> GemmPattern | None:
     """The :class:`GemmPattern` of ``graph``, or ``None`` if it is not a plain GEMM."""
     comp = _computed(graph)
-    if len(comp) != 1 or graph.nodes[comp[0]].op != "matmul" or comp[0] != graph.output:
+    if len(graph.outputs) != 1 or len(comp) != 1 or graph.nodes[comp[0]].op != "matmul" \
+            or comp[0] != graph.outputs[0]:
         return None
     mm = graph.nodes[comp[0]]
     a, b = mm.args
@@ -92,7 +93,9 @@ def _scaled_scores(graph: Graph, x: NodeId) -> tuple[NodeId, float] | None:
 def attention_pattern(graph: Graph) -> AttentionPattern | None:
     """The :class:`AttentionPattern` of ``graph``, or ``None`` if it is not one."""
     g = graph
-    o = g.nodes[g.output]
+    if len(g.outputs) != 1:
+        return None
+    o = g.nodes[g.outputs[0]]
     if o.op != "matmul" or o.axis != o.axis_b:
         return None
     t_kv = o.axis

@@ -27,7 +27,7 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-class _Ops:
+class ArrayOps:
     """The handful of array operations evaluation needs, for numpy or torch."""
 
     def __init__(self, torch_mode: bool, like: Any = None) -> None:
@@ -51,6 +51,14 @@ class _Ops:
         """The max of ``x`` over axis ``dim`` (non-empty)."""
         return x.amax(dim) if self.torch else x.max(axis=dim)
 
+    def maximum(self, x, y):
+        """Elementwise max; ``y`` may be a Python scalar."""
+        if self.torch:
+            if not isinstance(y, self.t.Tensor):
+                return self.t.clamp(x, min=y)
+            return self.t.maximum(x, y)
+        return np.maximum(x, y)
+
     def erf(self, x):
         """The error function (numpy has none: ``math.erf`` elementwise, exact to 1 ulp)."""
         if self.torch:
@@ -68,7 +76,7 @@ class _Ops:
         return getattr(self.t if self.torch else np, name)
 
 
-def align(x, axes: tuple[str, ...], out_axes: tuple[str, ...], ops: _Ops | None = None):
+def align(x, axes: tuple[str, ...], out_axes: tuple[str, ...], ops: ArrayOps | None = None):
     """View ``x`` (with named ``axes``) in the axis order of ``out_axes``, size-1 where absent."""
     perm = [axes.index(a) for a in out_axes if a in axes]
     if perm != list(range(len(axes))):
@@ -78,12 +86,12 @@ def align(x, axes: tuple[str, ...], out_axes: tuple[str, ...], ops: _Ops | None 
     return x.reshape(shape)
 
 
-def apply_unary(op: str, x, ops: _Ops):
+def apply_unary(op: str, x, ops: ArrayOps):
     """The value of unary ``op`` (:data:`superopt.ir.ops.UNARY`) on ``x``."""
     return UNARY[op].apply(x, ops)
 
 
-def apply_binary(op: str, x, y, ops: _Ops):
+def apply_binary(op: str, x, y, ops: ArrayOps):
     """The value of binary ``op`` (:data:`superopt.ir.ops.BINARY`) on aligned ``x``, ``y``."""
     return BINARY[op].apply(x, y, ops)
 
@@ -100,7 +108,7 @@ def band_mask(graph: Graph, node: Node) -> np.ndarray:
     return ok
 
 
-def band_value(graph: Graph, node: Node, ops: _Ops):
+def band_value(graph: Graph, node: Node, ops: ArrayOps):
     """The value of a ``band`` node: ``[size(a), size(b)]`` of 0/1."""
     return ops.band(band_mask(graph, node))
 
@@ -118,7 +126,7 @@ def einsum_spec(a_axes, b_axes, axis_a, axis_b, out_axes) -> str:
     return f"{la},{lb}->{lo}"
 
 
-def eval_node(graph: Graph, node: Node, vals: list, ops: _Ops):
+def eval_node(graph: Graph, node: Node, vals: list, ops: ArrayOps):
     """The float64 value of one node given its arguments' values (used by the interpreter too)."""
     op = node.op
     if op == "size":
@@ -154,7 +162,7 @@ def eval_node(graph: Graph, node: Node, vals: list, ops: _Ops):
 
 
 def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False,
-             ops: _Ops | None = None):
+             ops: ArrayOps | None = None):
     """Evaluate ``graph`` in float64.
 
     Args:
@@ -175,7 +183,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
     """
     if ops is None:
         first = next(iter(inputs.values()), None)
-        ops = _Ops(_is_torch(first), first)
+        ops = ArrayOps(_is_torch(first), first)
     vals: list = [None] * len(graph.nodes)
     live = graph.live_nodes() if not all_nodes else set(range(len(graph.nodes)))
     for i, node in enumerate(graph.nodes):

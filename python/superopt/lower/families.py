@@ -34,7 +34,9 @@ from .kernels.gemm_spec import GemmConfig
 from .kernels.rowwise import (RowConfig, elementwise_source, row_config_space, row_cost,
                               rowreduce_source)
 from .lowering import KernelLowering
-from .matchers import match_attention, match_elementwise, match_gemm, match_rowreduce
+from .matchers.attention import match_attention
+from .matchers.gemm import match_gemm
+from .matchers.rows import match_elementwise, match_rowreduce
 
 
 @dataclass(frozen=True)

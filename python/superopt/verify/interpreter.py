@@ -13,7 +13,7 @@ Edge tiles are the truncated tails when a size is not a multiple of the tile.
 Everything is float64 numpy, so a plan's output can be compared with
 :func:`superopt.ir.semantics.evaluate` to ~1e-12: that is how every rule application and
 every derivation is checked (``tests/python/test_interp.py``). The element operations go
-through an ops object (:class:`superopt.ir.semantics._Ops`); with
+through an ops object (:class:`superopt.ir.semantics.ArrayOps`); with
 :class:`superopt.verify.laws.SymbolicOps` the same code runs on numpy object arrays of sympy
 expressions, so that ``tests/python/test_symbolic.py`` can prove a plan equal to its graph.
 How an axis is cut into tiles is a seam too: :func:`run_plan` takes the tiling function
@@ -36,11 +36,13 @@ import numpy as np
 from ..derive.plan import Plan
 from ..errors import DerivationError
 from ..ir.dag import LEAF_OPS, NodeId
-from ..ir.semantics import _Ops, align, apply_binary, apply_unary, einsum_spec
+from ..ir.ops import apply_select
+from ..ir.semantics import (ArrayOps, align, apply_binary, apply_unary, band_value,
+                            einsum_spec, eval_node)
 
 Region = dict  # axis -> (start, stop)
 
-_OPS = _Ops(False)
+_OPS = ArrayOps(False)
 
 
 #: A tiling function: ``(size, tile) -> [(start, stop), ...]``, the tiles of one axis.
@@ -65,7 +67,7 @@ def axis_tiles(size: int, tile: int) -> list[tuple[int, int]]:
 class _KernelRun:
     """Executes one kernel of a plan over one grid tile."""
 
-    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray], ops: _Ops,
+    def __init__(self, plan: Plan, k: int, glob: dict[NodeId, np.ndarray], ops: ArrayOps,
                  written: dict[NodeId, np.ndarray], tiling: Tiling = axis_tiles) -> None:
         self.plan, self.k, self.g, self.ops = plan, k, plan.graph, ops
         self.tiling = tiling
@@ -88,6 +90,10 @@ class _KernelRun:
             return self.ops.scalar(self.g.size(node.axis))
         if node.op in ("eps", "const"):
             return self.ops.scalar(node.value)
+        if node.op == "band":  # an index expression: the tile's part of the mask
+            arr = band_value(self.g, node, self.ops)
+            idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
+            return arr[idx]
         arr = self.glob[n]
         idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
         return arr[idx]
@@ -106,8 +112,10 @@ class _KernelRun:
             if len(args) == 1:
                 return apply_unary(node.op, args[0], self.ops)
             ax = [g.nodes[a].axes for a in node.args]
-            return apply_binary(node.op, align(args[0], ax[0], node.axes),
-                                align(args[1], ax[1], node.axes), self.ops)
+            aligned = [align(v, x, node.axes) for v, x in zip(args, ax)]
+            if node.op == "select":
+                return apply_select(*aligned, self.ops)
+            return apply_binary(node.op, *aligned, self.ops)
         if node.op == "reduce":
             if node.axis == self.r:
                 raise DerivationError(f"node {n} reads a streamed reduction before the loop ends",
@@ -191,6 +199,8 @@ class _KernelRun:
         args = [self._eval_subtree(a, axes) for a in node.args]
         if len(args) == 1:
             return apply_unary(node.op, args[0], self.ops)
+        if node.op == "select":
+            return apply_select(*args, self.ops)
         return apply_binary(node.op, args[0], args[1], self.ops)
 
     def run_tile(self, region: Region, tile_size: Mapping[str, int]) -> None:
@@ -244,7 +254,7 @@ class _KernelRun:
 
 
 def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
-             tile: int | Mapping[str, int] = 3, *, ops: _Ops = _OPS,
+             tile: int | Mapping[str, int] = 3, *, ops: ArrayOps = _OPS,
              tiling: Tiling = axis_tiles) -> np.ndarray:
     """Execute ``plan`` on ``inputs`` (float64) with tiles of ``tile`` (per axis or for all).
 
@@ -253,7 +263,8 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
     (default :func:`axis_tiles`; the checks pass deliberately wrong ones to see them caught).
 
     Returns:
-        The output, shaped ``plan.graph.output_shape``, float64.
+        The output, shaped ``plan.graph.output_shape``, float64 (a tuple of the outputs for a
+        graph of several).
 
     Raises:
         DerivationError: a kernel that left an element of one of its outputs unwritten, or
@@ -283,4 +294,10 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
             if g.shape(out) and not written[out].all():
                 raise DerivationError(f"kernel {k} left {int((~written[out]).sum())} element(s) "
                                       f"of node {out} unwritten", path=f"kernels[{k}]")
-    return glob[g.output]
+    outs = tuple(glob[o] if o in glob else _leaf_value(g, o, ops) for o in g.outputs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _leaf_value(g, o: NodeId, ops: ArrayOps):
+    """An output that no kernel computes (an input returned as is, a constant)."""
+    return eval_node(g, g.nodes[o], [], ops)

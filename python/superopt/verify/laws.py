@@ -34,7 +34,7 @@ import sympy as sp
 
 from ..ir.dag import Graph
 from ..ir.ops import LOG2E
-from ..ir.semantics import _Ops
+from ..ir.semantics import ArrayOps
 
 #: ``ScalarOps.exp``: an uninterpreted function; only the laws of ``ScalarLaws`` are used.
 E = sp.Function("E")
@@ -87,7 +87,7 @@ def _obj(x):
     return np.asarray(x, dtype=object)
 
 
-class SymbolicOps(_Ops):
+class SymbolicOps(ArrayOps):
     """The ops of :func:`~superopt.ir.semantics.evaluate` and
     :func:`~superopt.verify.interpreter.run_plan` on numpy object arrays of sympy expressions:
     ``exp``, ``exp2`` and ``sqrt`` are the uninterpreted :data:`E`, :data:`X2` and

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..derive.plan import Plan, initial_plan
-from ..derive.rules import (RULES, _merge, _online_parts, _row_scale_parts, _split_parts,
+from ..derive.rules import (RULES, merge_kernels, online_parts, row_scale_parts, split_parts,
                             rewrite_graph)
 from ..ir.dag import Graph, Node, NodeId
 from .implementation import NotApplicable, check_implementation
@@ -86,7 +86,7 @@ def _m_factor_wrong_op(plan: Plan, site: tuple) -> Plan:
     o, idx = site
     n = g.nodes[o]
     ax = n.axis if idx == 0 else n.axis_b
-    op, x, s = _row_scale_parts(g, n.args[idx], ax)
+    op, x, s = row_scale_parts(g, n.args[idx], ax)
     if op != "div":
         raise NotApplicable
 
@@ -137,9 +137,9 @@ def _m_exp2(plan: Plan, site: tuple) -> Plan:
 def _m_online(plan: Plan, site: tuple) -> Plan:
     """One streaming kernel with a running max, but the accumulators are not rescaled."""
     (o,) = site
-    nodes = _online_parts(plan.graph, o)
+    nodes = online_parts(plan.graph, o)
     ks = sorted({plan.owner(i) for i in nodes})
-    return _merge(plan, ks[0], ks[1:], stream=plan.graph.nodes[o].axis, online=False)
+    return merge_kernels(plan, ks[0], ks[1:], stream=plan.graph.nodes[o].axis, online=False)
 
 
 def _m_share(plan: Plan, site: tuple) -> Plan:
@@ -199,7 +199,7 @@ def _m_split(plan: Plan, site: tuple) -> Plan:
     new = RULES["split_kernel"].apply_fn(plan, site)
     g = plan.graph
     k, n = site
-    moved = _split_parts(plan, k, n)
+    moved = split_parts(plan, k, n)
     for r, node in enumerate(g.nodes):
         if r in moved:
             continue

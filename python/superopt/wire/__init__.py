@@ -1,18 +1,20 @@
 """The msgpack wire format between Lean and Python (``docs/wire.md``).
 
-:mod:`superopt.wire.codec` is the byte format (``Msgpack.lean``), :mod:`superopt.wire.messages`
-the message schemas (``Messages.lean``). This face re-exports the public names so that
+:mod:`superopt.wire.codec` is the byte format (``Msgpack.lean``); :mod:`superopt.wire.fields`
+the field checks, :mod:`superopt.wire.graph` the graph map and :mod:`superopt.wire.messages`
+the other messages (together ``Messages.lean``). This face re-exports the public names so that
 ``from superopt import wire; wire.encode(...)`` keeps working.
 """
 
 from ..derive.derivation import Derivation, Step
 from . import messages
 from .codec import MAX_DEPTH, MAX_MESSAGE_BYTES, decode, encode
-from .messages import (DTYPES, PEER_STATUSES, REQUEST_KINDS, STATUSES, WIRE_VERSION,
-                       candidate_to_wire, check_version, config_from_wire, config_to_wire,
-                       derivation_from_wire, derivation_to_wire, derivations_response,
-                       derive_request, encode_error, error_response, graph_from_wire,
-                       graph_to_wire, lower_request, lowered_response, parse_request,
+from .fields import WIRE_VERSION, check_version
+from .graph import graph_from_wire, graph_to_wire
+from .messages import (DTYPES, PEER_STATUSES, REQUEST_KINDS, STATUSES, candidate_to_wire,
+                       config_from_wire, config_to_wire, derivation_from_wire,
+                       derivation_to_wire, derivations_response, derive_request, encode_error,
+                       error_response, lower_request, lowered_response, parse_request,
                        peer_to_wire, ping_request, plan_to_wire, plans_response, pong_response,
                        replay_request, results_from_wire, results_to_wire, tune_request)
 

@@ -1,0 +1,166 @@
+"""The ops model code needs (tanh, sigmoid, relu, log, GELU in both forms, mean, select, band
+masks) and graphs of several outputs: their float64 meaning, the wire, the tile interpreter
+over every derivation, and the eager peer. Reference values are computed here independently
+(``math``), not through the code under test."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from superopt import errors, wire
+from superopt.derive import derive_all
+from superopt.dsl import DagBuilder
+from superopt.graphs import load_graph
+from superopt.ir.ops import UNARY
+from superopt.ir.semantics import evaluate, random_inputs, relative_error
+from superopt.run.peers import eager_program, peer_names
+from superopt.verify.interpreter import run_plan
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+POINTS = [-3.0, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0]
+EXACT = {
+    "tanh": math.tanh,
+    "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)),
+    "relu": lambda x: max(x, 0.0),
+    "gelu": lambda x: 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi)
+                                                      * (x + 0.044715 * x ** 3))),
+    "log": lambda x: math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan),
+}
+
+
+def _unary_graph(op: str, n: int):
+    b = DagBuilder(op, [("m", n)])
+    b.output(b.unary(op, b.input("X", ["m"])))
+    return b.build()
+
+
+@pytest.mark.parametrize("op", list(EXACT))
+def test_new_unary_ops_float64(op):
+    g = _unary_graph(op, len(POINTS))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = evaluate(g, {"X": np.array(POINTS)})
+    want = np.array([EXACT[op](x) for x in POINTS])
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("op", list(EXACT))
+def test_new_unary_ops_torch_and_tilelang_text(op):
+    g = _unary_graph(op, len(POINTS))
+    x = torch.tensor(POINTS, dtype=torch.float64)
+    got = evaluate(g, {"X": x})
+    want = torch.tensor([EXACT[op](v) for v in POINTS], dtype=torch.float64)
+    assert torch.allclose(got, want, rtol=1e-12, equal_nan=True)
+    assert "{0}" in UNARY[op].tilelang and UNARY[op].tilelang.format("x").count("(") == \
+        UNARY[op].tilelang.format("x").count(")")
+
+
+def test_mean_is_sum_over_size_three_nodes():
+    b = DagBuilder("mean", [("m", 2), ("d", 4)])
+    x = b.input("X", ["m", "d"])
+    b.output(b.mean("d", x))
+    g = b.build()
+    assert [n.op for n in g.nodes] == ["input", "reduce", "size", "div"]
+    v = np.arange(8.0).reshape(2, 4)
+    assert evaluate(g, {"X": v}).tolist() == [1.5, 5.5]
+
+
+def test_band_and_select_values():
+    b = DagBuilder("mask", [("i", 3), ("j", 4)])
+    s = b.input("S", ["i", "j"])
+    m = b.band("i", "j", lo=-1, hi=0)  # j in [i, i + 1]
+    b.output(b.select(m, s, b.const(-math.inf)))
+    g = b.build()
+    got = evaluate(g, {"S": np.ones((3, 4))})
+    want = [[1, 1, -math.inf, -math.inf], [-math.inf, 1, 1, -math.inf],
+            [-math.inf, -math.inf, 1, 1]]
+    assert got.tolist() == want
+    assert g.nodes[1].axes == ("i", "j")
+
+
+@pytest.mark.parametrize("bad,kind", [
+    (dict(axis_a="i", axis_b="i"), errors.GraphError),
+    (dict(axis_a="i", axis_b="q"), errors.UnknownAxisError),
+    (dict(axis_a="i", axis_b="j", lo=2, hi=1), errors.GraphError),
+])
+def test_band_errors(bad, kind):
+    b = DagBuilder("mask", [("i", 3), ("j", 4)])
+    with pytest.raises(kind) as e:
+        b.band(bad["axis_a"], bad["axis_b"], bad.get("lo"), bad.get("hi"))
+    assert e.value.path == "nodes[0]"
+
+
+@pytest.mark.parametrize("eps", [-1e-5, math.inf, -math.inf])
+def test_eps_must_be_finite_and_nonnegative(eps):
+    b = DagBuilder("e", [("m", 2)])
+    with pytest.raises(errors.GraphError, match="eps must be finite and >= 0"):
+        b.eps_const(eps)
+
+
+def test_const_may_be_infinite_but_not_nan():
+    b = DagBuilder("c", [("m", 2)])
+    b.const(-math.inf)
+    with pytest.raises(errors.GraphError, match="not NaN"):
+        b.const(math.nan)
+
+
+def test_several_outputs_evaluate_wire_and_interpret():
+    g = load_graph(str(MODELS / "residual_rmsnorm.py") + ":residual_rmsnorm", {"m": 5, "d": 7})
+    assert len(g.outputs) == 2 and g.output_shapes == ((5, 7), (5, 7))
+    with pytest.raises(errors.GraphError, match="2 outputs"):
+        g.output
+    x = random_inputs(g, 1)
+    h, z = evaluate(g, x)
+    hh = x["X"] + x["R"]
+    zz = hh / np.sqrt((hh ** 2).mean(axis=1, keepdims=True) + 1e-5) * x["gamma"]
+    np.testing.assert_allclose(h, hh, rtol=1e-15)
+    np.testing.assert_allclose(z, zz, rtol=1e-13)
+    assert wire.graph_from_wire(wire.decode(wire.encode(wire.graph_to_wire(g)))) == g
+    for d in derive_all(g):
+        got = run_plan(d.plan, x, 3)
+        assert relative_error(tuple(got), (h, z)) < 1e-12, d.derivation.id
+
+
+def test_gqa_causal_attention_every_derivation_interprets():
+    g = load_graph(str(MODELS / "llama3_attention.py") + ":llama3_attention",
+                   {"b": 1, "g": 2, "r": 2, "t_q": 5, "t_kv": 7, "d_h": 4})
+    x = random_inputs(g, 2)
+    ref = evaluate(g, x)
+    # row i of query group (g, r) sees keys j <= i + 2 (causal, aligned at the end)
+    s = np.einsum("bgrqd,bgkd->bgrqk", x["Q"], x["K"]) / 2.0
+    s[..., np.arange(7)[None, :] > np.arange(5)[:, None] + 2] = -np.inf
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("bgrqk,bgkd->bgrqd", p / p.sum(-1, keepdims=True), x["V"])
+    np.testing.assert_allclose(ref, want, rtol=1e-12)
+    derived = derive_all(g)
+    assert len(derived) >= 2
+    for d in derived:
+        assert relative_error(run_plan(d.plan, x, 3), ref) < 1e-12, d.derivation.id
+
+
+def test_eager_program_of_the_models_fp32():
+    for spec, sizes in (("llama3_attention.py:llama3_attention",
+                         {"b": 1, "g": 2, "r": 2, "t_q": 6, "t_kv": 6, "d_h": 8}),
+                        ("residual_rmsnorm.py:residual_rmsnorm", {"m": 4, "d": 8})):
+        g = load_graph(str(MODELS / spec), sizes)
+        x = random_inputs(g, 3, dtype=torch.float32)
+        ref = evaluate(g, {k: v.double() for k, v in x.items()})
+        out = eager_program(g)(*[x[n] for n, _ in g.inputs])
+        assert relative_error(out, ref) < 1e-5
+        assert peer_names(g)[:3] == ["eager", "torch.compile",
+                                     "torch.compile max-autotune-no-cudagraphs"]
+
+
+def test_relative_error_compares_nonfinite_patterns():
+    ref = np.array([1.0, -math.inf, math.nan, 2.0])
+    assert relative_error(np.array([1.0, -math.inf, math.nan, 2.0]), ref) == 0.0
+    assert relative_error(np.array([1.0, math.inf, math.nan, 2.0]), ref) == math.inf
+    assert relative_error(np.array([1.0, -math.inf, 0.0, 2.0]), ref) == math.inf
+    assert relative_error(np.array([1.0, 0.0, math.nan, 2.0]), ref) == math.inf
+    t = torch.tensor([1.0, -math.inf, math.nan, 2.1], dtype=torch.float64)
+    assert relative_error(t, torch.from_numpy(ref)) == pytest.approx(0.1 / math.sqrt(5))

@@ -1,0 +1,121 @@
+"""A user's own graph through the entry points: ``FILE.py:FUNCTION`` and ``GRAPH.msgpack`` on
+the command line, the caps, and every way such a file can be wrong (exit status 2, one line
+naming the problem, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from superopt import cli, errors, wire
+from superopt.graphs import load_graph
+from superopt.workloads import WORKLOADS
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+
+MY_BLOCK = """
+from superopt.dsl import DagBuilder
+
+
+def my_block(m=64, d=32, n=48):
+    b = DagBuilder("my_block", [("m", m), ("d", d), ("n", n)])
+    x = b.input("X", ["m", "d"])
+    w = b.input("W", ["d", "n"])
+    b.output(b.gelu(b.matmul(x, w, "d", "d")))
+    return b.build()
+
+
+def raises(m=4):
+    raise RuntimeError("boom")
+
+
+def not_a_graph(m=4):
+    return 42
+"""
+
+
+@pytest.fixture()
+def user_file(tmp_path):
+    p = tmp_path / "model.py"
+    p.write_text(textwrap.dedent(MY_BLOCK))
+    return p
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_derive_json_of_a_user_function(capsys, user_file):
+    code, out, err = run(capsys, "derive", f"{user_file}:my_block", "--case", "m=16", "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["workload"] == "my_block" and doc["case"] == {"m": 16, "d": 32, "n": 48}
+    assert doc["derivations"] and doc["capped"] is None
+    # the GELU epilogue fuses into the GEMM: a one-kernel plan exists
+    assert any(d["families"] == ["gemm"] for d in doc["derivations"])
+
+
+def test_derive_of_a_wire_graph(capsys, tmp_path):
+    g = WORKLOADS["matmul"].graph(m=8, d=8, n=8)
+    p = tmp_path / "g.msgpack"
+    p.write_bytes(wire.encode(wire.graph_to_wire(g)))
+    code, out, _ = run(capsys, "derive", str(p), "--case", "n=16", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["case"] == {"m": 8, "d": 8, "n": 16}
+
+
+def test_caps_are_reported(capsys):
+    code, out, _ = run(capsys, "derive", "attention", "--max-plans", "5")
+    assert code == 0
+    assert out.strip().splitlines()[-1].startswith(
+        "note: the enumerator stopped at --max-plans 5 (5 plans explored)")
+    code, out, _ = run(capsys, "derive", "attention", "--max-depth", "1", "--json")
+    assert json.loads(out)["capped"] == "max_depth"
+
+
+@pytest.mark.parametrize("spec,case,message", [
+    ("{dir}/nope.py:my_block", None, "no such file '{dir}/nope.py'"),
+    ("{dir}/model.py:missing", None, "has no function 'missing'; its functions: my_block, "
+                                     "raises, not_a_graph"),
+    ("{dir}/model.py:raises", None, "raises(**{{}}) raised RuntimeError: boom"),
+    ("{dir}/model.py:not_a_graph", None, "not_a_graph() returned int, not a superopt Graph"),
+    ("{dir}/model.py:my_block", "q=4", "my_block() takes no size 'q'; its parameters are m, d, n"),
+    ("{dir}/model.txt:my_block", None, "is not a .py file"),
+])
+def test_bad_user_files_are_one_line_and_status_2(capsys, user_file, spec, case, message):
+    d = str(user_file.parent)
+    argv = ["derive", spec.format(dir=d)] + (["--case", case] if case else [])
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message.format(dir=d) in err, err
+
+
+def test_a_file_that_fails_to_import(capsys, tmp_path):
+    p = tmp_path / "broken.py"
+    p.write_text("import not_a_module_anywhere\n")
+    code, _, err = run(capsys, "derive", f"{p}:f")
+    assert code == 2 and "importing" in err and "ModuleNotFoundError" in err
+
+
+def test_run_with_a_bad_graph_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "run", f"{tmp_path}/none.py:f", "--dry-run", "--out", str(out))
+    assert code == 2 and not out.exists()
+
+
+def test_load_graph_api_raises_the_typed_error(user_file):
+    with pytest.raises(errors.CaseError) as e:
+        load_graph(f"{user_file}:not_a_graph")
+    assert e.value.path == "graph"
+    g = load_graph(f"{user_file}:my_block", {"n": 16})
+    assert g.sizes == {"m": 64, "d": 32, "n": 16}
+
+
+def test_example_models_load_at_their_defaults():
+    g = load_graph(f"{MODELS / 'llama3_attention.py'}:llama3_attention")
+    assert g.sizes["t_q"] == 4096 and g.output_shape == (1, 8, 4, 4096, 128)
