@@ -15,8 +15,10 @@ Algebraic rules rewrite the graph and act only on an unscheduled plan (one kerne
 
 Schedule rules change the kernels, never the graph:
 
-* ``online_softmax`` — site ``(O,)``, ``O = E @_a V`` over a stabilised softmax numerator:
-  one kernel streaming ``a`` with running max and sum, the accumulator rescaled (FA2).
+* ``online_softmax`` — site ``(O,)``, ``O = E @_a V`` over a stabilised softmax numerator
+  whose scores are an elementwise chain of one matmul (``S``, ``S·c``, a masked
+  ``select(band, S·c, −∞)``): one kernel streaming ``a`` with running max and sum, the
+  scores computed per tile, the accumulator rescaled (FA2).
 * ``share_operand_load`` — site ``(k1, k2)``: two kernels reducing over the same axis and
   reading the same operand merge and load each operand tile once (dual GEMM; RMS sum of
   squares in the GEMM's loop).
@@ -41,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import DerivationError
-from ..ir.dag import LEAF_OPS, Graph, Node, NodeId
+from ..ir.dag import INLINE_LEAVES, LEAF_OPS, Graph, Node, NodeId
 from ..ir.ops import LOG2E
 from .plan import Kernel, Plan, initial_plan
 
@@ -401,8 +403,37 @@ def _share_apply(plan: Plan, site: Site) -> Plan:
     return merge_kernels(plan, k1, [k2], shared=tuple(_anchors(plan, k1) + _anchors(plan, k2)))
 
 
+def score_chain(g: Graph, x: NodeId, a: str) -> set[NodeId] | None:
+    """The elementwise nodes that compute the scores ``x`` from one matmul ``S`` (included):
+    ``S`` itself, a scale ``S·c``, a mask ``select(band, S·c, −∞)``, a softcap, ... Every
+    other argument on the way is an inline leaf (``const``, ``size``, ``eps``, ``band``), so
+    the kernel computes the chain on each score tile. ``S`` must keep the streamed axis ``a``
+    and contract another one. ``None`` if ``x`` is not such a chain."""
+    chain: set[NodeId] = set()
+    matmuls: list[NodeId] = []
+    stack = [x]
+    while stack:
+        i = stack.pop()
+        if i in chain:
+            continue
+        n = g.nodes[i]
+        if n.op == "matmul":
+            if a not in n.axes or n.axis == a:
+                return None
+            matmuls.append(i)
+            chain.add(i)
+        elif n.is_elementwise:
+            chain.add(i)
+            stack.extend(n.args)
+        elif n.op not in INLINE_LEAVES:
+            return None
+    return chain if len(matmuls) == 1 else None
+
+
 def online_parts(g: Graph, o: NodeId):
-    """Match ``O = E @_a V`` over ``E = exp(S − M)`` or ``exp2((S − M)·c)``; return the node set."""
+    """Match ``O = E @_a V`` over ``E = exp(X − M)`` or ``exp2((X − M)·c)`` with ``M = max_a X``
+    and the scores ``X`` a :func:`score_chain` of one matmul (``Q·K``, scaled, masked, ...);
+    return the node set, or ``None``."""
     n = g.nodes[o]
     if n.op != "matmul" or n.axis != n.axis_b:
         return None
@@ -422,17 +453,18 @@ def online_parts(g: Graph, o: NodeId):
         return None
     chain.append(x)
     s, m = xn.args
-    sn, mn = g.nodes[s], g.nodes[m]
+    mn = g.nodes[m]
     if not (mn.op == "reduce" and mn.fn == "max" and mn.axis == a and mn.args == (s,)):
         return None
-    if sn.op != "matmul" or a not in sn.axes or sn.axis == a:
+    scores = score_chain(g, s, a)
+    if scores is None:
         return None
     zs = [c for c in g.consumers(e) if g.nodes[c].op == "reduce" and g.nodes[c].fn == "sum"
           and g.nodes[c].axis == a]
     if len(zs) != 1:
         return None
     z = zs[0]
-    nodes = {s, m, z, o, *chain}
+    nodes = {m, z, o, *chain, *scores}
     # every intermediate must be private to the softmax: nothing else reads it
     for i in nodes - {o, z}:
         if any(c not in nodes for c in g.consumers(i)):

@@ -10,10 +10,11 @@ Owns: expression text. Must not import the kernel families or anything that runs
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from ..errors import LoweringError
 from ..ir.dag import Graph, NodeId
-from ..ir.ops import BINARY, UNARY
+from ..ir.ops import BINARY, SELECT_TILELANG, UNARY
 
 
 def literal(v: float, *, path: str = "") -> str:
@@ -30,11 +31,18 @@ def literal(v: float, *, path: str = "") -> str:
     return repr(x)
 
 
-def render(graph: Graph, node: NodeId, env: dict[NodeId, str]) -> str:
+def render(graph: Graph, node: NodeId, env: dict[NodeId, str],
+           index: Callable[[str], str] | None = None) -> str:
     """TileLang fp32 expression text for ``node``; ``env`` maps boundary nodes to text.
 
+    ``index(axis)`` is the kernel's integer expression of the current position along
+    ``axis`` (e.g. ``"(bx * 128 + i)"``); a ``band`` mask renders as a comparison of two of
+    them. A family that cannot say where it is passes ``None``, and a ``band`` is then an
+    error.
+
     Raises:
-        LoweringError: a node on the way that is not elementwise (and not in ``env``).
+        LoweringError: a node on the way that is not elementwise (and not in ``env``), or a
+            ``band`` without ``index`` (or on an axis ``index`` does not know).
     """
     if node in env:
         return env[node]
@@ -43,10 +51,35 @@ def render(graph: Graph, node: NodeId, env: dict[NodeId, str]) -> str:
         return literal(graph.size(n.axis))
     if n.op in ("eps", "const"):
         return literal(n.value, path=f"nodes[{node}]")
+    if n.op == "band":
+        return band_text(n, index, path=f"nodes[{node}]")
     if not n.is_elementwise:
         raise LoweringError(f"node {node} ({n.describe()}) is not an elementwise value here",
                             path=f"nodes[{node}]")
-    a = [render(graph, x, env) for x in n.args]
+    a = [render(graph, x, env, index) for x in n.args]
+    if n.op == "select":
+        return SELECT_TILELANG.format(*a)
     if n.op in UNARY:
         return UNARY[n.op].tilelang.format(a[0])
     return BINARY[n.op].tilelang.format(*a)
+
+
+def band_text(n, index: Callable[[str], str] | None, *, path: str = "") -> str:
+    """The fp32 0/1 text of ``band(a, b, lo, hi)`` at the positions ``index`` gives.
+
+    Raises:
+        LoweringError: no ``index``, or it does not know one of the two axes (``KeyError``).
+    """
+    if index is None:
+        raise LoweringError(f"a {n.describe()} mask needs the kernel's positions, which this "
+                            "kernel family does not provide", path=path)
+    try:
+        d = f"({index(n.axis)} - {index(n.axis_b)})"
+    except KeyError as e:
+        raise LoweringError(f"a {n.describe()} mask needs the position along {e.args[0]!r}, "
+                            "which this kernel does not iterate", path=path) from None
+    conds = ([f"{d} >= {n.lo}"] if n.lo is not None else []) + \
+            ([f"{d} <= {n.hi}"] if n.hi is not None else [])
+    if not conds:
+        return "1.0"
+    return f"T.if_then_else({' and '.join(conds)}, 1.0, 0.0)"
