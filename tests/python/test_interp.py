@@ -11,7 +11,7 @@ from superopt.derive import complete, derive_all, explore
 from superopt.errors import DerivationError
 from superopt.verify.interpreter import axis_tiles, run_plan
 from superopt.derive.plan import Kernel, Plan, initial_plan
-from superopt.derive.rules import RULES
+from superopt.derive.rules import RULES, is_row_fused, tileable_axes
 from superopt.ir.semantics import relative_error
 from superopt.workloads import WORKLOADS
 
@@ -109,8 +109,10 @@ def test_completed_plans_tile_and_stream_everything():
     for plan, _ in explore(g, max_depth=4):
         done, tail = complete(plan)
         for k, kern in enumerate(done.kernels):
-            assert set(kern.grid) == set(done.domain(k)[-2:])
-            if done.reduction_axis(k) is not None:
+            assert set(kern.grid) == set(tileable_axes(done, k))
+            if is_row_fused(done, k):  # the row axis is streamed inside each block, never tiled
+                assert kern.stream in done.domain(k) and kern.stream not in kern.grid
+            elif done.reduction_axis(k) is not None:
                 assert kern.stream == done.reduction_axis(k)
         assert all(s.rule in ("tile_parallel", "stream_reduction") for s in tail)
 

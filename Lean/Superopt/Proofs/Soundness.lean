@@ -123,6 +123,18 @@ theorem split_kernel_sound {g : Graph} {T : Axis → Nat} {env : String → Inde
       runKernels g T env mem ks j ix = denote g env j ix :=
   runKernels_ok ks ran mem hmem hks
 
+/-- **`fuse_rows`.** A row-fused kernel streams an axis of its own domain: per row its
+reductions over that axis, each reading the final values of the ones it depends on, then its
+outputs over the row. It passes `kernelOk` like any other kernel, so every node it computes —
+a per-row reduction read by the row's outputs included — has its denotation. -/
+theorem fuse_rows_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
+    {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
+    ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
+      kernelVal g T K env mem fuel i idx = denote g env i idx :=
+  kernelVal_eq hmem hK
+
 /-- **`tile_parallel`.** Tiling a parallel axis of size `n` by `T` (a grid of `⌈n / T⌉` blocks,
 the last one masked) computes every element once, in order, and the block `idx[a] / T[a]` at
 offset `idx[a] % T[a]` is the element at `idx`. -/

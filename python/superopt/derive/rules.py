@@ -525,7 +525,7 @@ def split_parts(plan: Plan, k: int, n: NodeId):
 def _split_sites(plan: Plan) -> list[Site]:
     g, out = plan.graph, []
     for k, kern in enumerate(plan.kernels):
-        if kern.online:
+        if kern.online or is_row_fused(plan, k):
             continue
         dom = plan.domain(k)
         for n in kern.nodes:
@@ -550,8 +550,71 @@ def _split_apply(plan: Plan, site: Site) -> Plan:
 
 
 def tileable_axes(plan: Plan, k: int) -> tuple[str, ...]:
-    """The axes ``tile_parallel`` may tile: the last two of the kernel's domain."""
-    return plan.domain(k)[-2:]
+    """The axes ``tile_parallel`` may tile: the last two of the kernel's domain, leaving out
+    the axis a row-fused kernel streams inside each row (:func:`is_row_fused`)."""
+    stream = plan.kernels[k].stream
+    return tuple(a for a in plan.domain(k) if a != stream)[-2:]
+
+
+def is_row_fused(plan: Plan, k: int) -> bool:
+    """Whether kernel ``k`` streams an axis of its own domain: per row, its reductions over
+    that axis, then its outputs over the row (rule ``fuse_rows``)."""
+    stream = plan.kernels[k].stream
+    return stream is not None and stream in plan.domain(k)
+
+
+def _row_fusion_axis(g: Graph, nodes: set[NodeId], dom: tuple) -> str | None:
+    """The one axis every reduction in ``nodes`` reduces, if it is in ``dom``, each reduction
+    gives a row of ``dom`` without it, no matmul is among the nodes and every node's axes lie
+    in ``dom``; else ``None``."""
+    axes = set()
+    for n in nodes:
+        node = g.nodes[n]
+        if node.op == "matmul" or not set(node.axes) <= set(dom):
+            return None
+        if node.op == "reduce":
+            axes.add(node.axis)
+    if len(axes) != 1:
+        return None
+    (a,) = axes
+    row = tuple(x for x in dom if x != a)
+    if a not in dom or any(g.nodes[n].axes != row for n in nodes if g.nodes[n].op == "reduce"):
+        return None
+    return a
+
+
+def _fuse_rows_sites(plan: Plan) -> list[Site]:
+    g, out = plan.graph, []
+    for c in range(len(plan.kernels)):
+        kc = plan.kernels[c]
+        if kc.online:
+            continue
+        for p in sorted({plan.owner(a) for a in plan.external_args(c)
+                         if plan.owner(a) is not None}):
+            kp = plan.kernels[p]
+            if kp.online:
+                continue
+            nodes = set(kp.nodes) | set(kc.nodes)
+            merged = merge_kernels(plan, p, [c]) if p < c else None
+            if merged is None:
+                continue
+            dom = merged.domain(p)
+            a = _row_fusion_axis(g, nodes, dom)
+            if a is None or kp.stream not in (None, a) or kc.stream not in (None, a):
+                continue
+            if _epilogue_position(plan, p, c) is not None:
+                out.append((p, c))
+    return out
+
+
+def _fuse_rows_apply(plan: Plan, site: Site) -> Plan:
+    p, c = site
+    into, other = (p, c) if _epilogue_position(plan, p, c) == p else (c, p)
+    merged = merge_kernels(plan, into, [other])
+    k = into if into < other else into - 1
+    dom = merged.domain(k)
+    a = _row_fusion_axis(plan.graph, set(merged.kernels[k].nodes), dom)
+    return merge_kernels(plan, into, [other], stream=a)
 
 
 def _tile_sites(plan: Plan) -> list[Site]:
@@ -593,6 +656,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("fuse_epilogue", "Superopt.fuse_epilogue_sound", _fuse_epilogue_sites,
          _fuse_epilogue_apply, False),
     Rule("split_kernel", "Superopt.split_kernel_sound", _split_sites, _split_apply, False),
+    Rule("fuse_rows", "Superopt.fuse_rows_sound", _fuse_rows_sites, _fuse_rows_apply, False),
     Rule("tile_parallel", "Superopt.tile_parallel_sound", _tile_sites, _tile_apply, False),
     Rule("stream_reduction", "Superopt.stream_reduction_sound", _stream_sites, _stream_apply,
          False),
@@ -600,7 +664,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
 
 #: Rules the enumerator branches over, in this order (tile/stream come from completion).
 SEARCH_RULES = ("stabilize_softmax", "factor_row_scale", "exp_to_exp2", "online_softmax",
-                "share_operand_load", "fuse_prologue", "fuse_epilogue", "split_kernel")
+                "share_operand_load", "fuse_prologue", "fuse_epilogue", "split_kernel",
+                "fuse_rows")
 
 
 def get_rule(rule_id: str) -> Rule:

@@ -10,6 +10,7 @@ Owns: the completeness check and the dispatch. Must not import module emission.
 from __future__ import annotations
 
 from ..derive.plan import Plan
+from ..derive.rules import tileable_axes
 from ..dtypes import storage_dtype as _storage
 from ..errors import LoweringError
 from .families import family_of
@@ -26,9 +27,8 @@ def match_kernel(plan: Plan, k: int, dtype: str = "float16") -> KernelLowering:
     kern = plan.kernels[k]
     fam = family_of(plan, k)
     kl = fam.match(plan, k, dtype)
-    dom = plan.domain(k)
-    if set(kern.grid) != set(dom[-2:]) or (fam.name != "elementwise" and plan.reduction_axis(k)
-                                           and kern.stream is None):
+    if set(kern.grid) != set(tileable_axes(plan, k)) or (
+            fam.name != "elementwise" and plan.reduction_axis(k) and kern.stream is None):
         raise LoweringError(f"kernel {k} is not completed (tile its parallel axes, stream its "
                             "reduction)", path=f"kernels[{k}]")
     return kl

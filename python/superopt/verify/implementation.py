@@ -117,6 +117,19 @@ def _small_graphs() -> dict[str, Graph]:
     g["shared_exp"] = _graph("shared_exp", attn_axes, shared_exp)
     g["softmax_first_axis"] = _graph("softmax_first_axis", [("t_q", 3), ("t_kv", 2), ("d", 2),
                                                             ("e", 2)], softmax_first_axis)
+
+    def softmax_rows(b: DagBuilder):  # softmax alone over the last axis
+        x = b.input("S", ["m", "d"])
+        e = b.exp(x)
+        return b.div(e, b.red("sum", "d", e))
+
+    def layernorm_rows(b: DagBuilder):  # the mean, then the variance of the centred row
+        x = b.input("X", ["m", "d"])
+        xc = b.sub(x, b.mean("d", x))
+        return b.mul(xc, b.rsqrt(b.add(b.mean("d", b.square(xc)), b.eps_const(1e-5))))
+
+    g["softmax_rows"] = _graph("softmax_rows", [("m", 2), ("d", 3)], softmax_rows)
+    g["layernorm_rows"] = _graph("layernorm_rows", [("m", 2), ("d", 3)], layernorm_rows)
     return g
 
 

@@ -120,6 +120,10 @@ class _KernelRun:
             if node.axis == self.r:
                 raise DerivationError(f"node {n} reads a streamed reduction before the loop ends",
                                       path=f"kernels[{self.k}]")
+            if node.axis in self.kern.grid:
+                raise DerivationError(f"node {n} reduces {node.axis!r}, which the kernel's grid "
+                                      "tiles: a block sees only its own tile of it",
+                                      path=f"kernels[{self.k}]")
             x = self.ev(node.args[0], {a: v for a, v in region.items() if a != node.axis})
             return self._reduce(node, x)
         if node.op == "matmul":
@@ -203,47 +207,77 @@ class _KernelRun:
             return apply_select(*args, self.ops)
         return apply_binary(node.op, args[0], args[1], self.ops)
 
+    def _levels(self) -> list[list[NodeId]]:
+        """The accumulators in passes: each pass reads only accumulators of earlier passes
+        (a row-fused kernel's softmax: the max, then the sum of exp(S − max))."""
+        left, done, out = list(self.accs), set(), []
+        while left:
+            level = [a for a in left if not any(self._depends_on(a, b) for b in left if b != a)]
+            if not level:
+                raise DerivationError("accumulators depend on each other in a cycle",
+                                      path=f"kernels[{self.k}]")
+            out.append(level)
+            done |= set(level)
+            left = [a for a in left if a not in done]
+        return out
+
     def run_tile(self, region: Region, tile_size: Mapping[str, int]) -> None:
         g = self.g
         self.acc_val = {}
-        if self.r is not None and self.accs:
-            size = g.size(self.r)
-            maxes = [a for a in self.accs if g.nodes[a].op == "reduce" and g.nodes[a].fn == "max"]
-            for t in self.tiling(size, tile_size.get(self.r, size or 1)):
-                if t[0] == t[1]:
-                    continue
-                rt = dict(region)
-                rt[self.r] = t
-                old = {}
-                for acc in self.accs:
-                    node = g.nodes[acc]
-                    if node.op == "matmul":
-                        part = self._matmul(node, region, t)
-                    else:
-                        part = self._reduce(node, self.ev(node.args[0], rt))
-                    if acc not in self.acc_val:
-                        self.acc_val[acc] = part
-                        if acc in maxes:
-                            old[acc] = np.full_like(part, -math.inf)
-                        continue
-                    if node.op == "reduce" and node.fn == "max":
-                        old[acc] = self.acc_val[acc]
-                        self.acc_val[acc] = self.ops.maximum(self.acc_val[acc], part)
-                        continue
-                    prev = self.acc_val[acc]
-                    if self.kern.online:
-                        for m in maxes:
-                            if self._depends_on(acc, m) and m in old:
-                                scale = self._online_scale(acc, m, old[m], self.acc_val[m])
-                                prev = prev * align(scale, g.nodes[m].axes, node.axes)
-                    self.acc_val[acc] = prev + part
-            for acc in self.accs:  # an empty streamed axis: sums are 0, maxes -inf
+        if self.r is not None and self.accs and not self.kern.online and \
+                self.r in self.plan.domain(self.k):
+            # row-fused: one pass over the streamed axis per level of accumulators, each
+            # reading the final values of the levels before it
+            for level in self._levels():
+                saved, self.accs = self.accs, level
+                self._stream_accumulators(region, tile_size)
+                self.accs = saved
+        elif self.r is not None and self.accs:
+            self._stream_accumulators(region, tile_size)
+        self._write_outputs(region)
+
+    def _stream_accumulators(self, region: Region, tile_size: Mapping[str, int]) -> None:
+        g = self.g
+        size = g.size(self.r)
+        maxes = [a for a in self.accs if g.nodes[a].op == "reduce" and g.nodes[a].fn == "max"]
+        for t in self.tiling(size, tile_size.get(self.r, size or 1)):
+            if t[0] == t[1]:
+                continue
+            rt = dict(region)
+            rt[self.r] = t
+            old = {}
+            for acc in self.accs:
+                node = g.nodes[acc]
+                if node.op == "matmul":
+                    part = self._matmul(node, region, t)
+                else:
+                    part = self._reduce(node, self.ev(node.args[0], rt))
                 if acc not in self.acc_val:
-                    node = g.nodes[acc]
-                    shape = [g.size(a) if a not in region else region[a][1] - region[a][0]
-                             for a in node.axes]
-                    fill = -math.inf if node.op == "reduce" and node.fn == "max" else 0.0
-                    self.acc_val[acc] = self.ops.full(shape, fill)
+                    self.acc_val[acc] = part
+                    if acc in maxes:
+                        old[acc] = np.full_like(part, -math.inf)
+                    continue
+                if node.op == "reduce" and node.fn == "max":
+                    old[acc] = self.acc_val[acc]
+                    self.acc_val[acc] = self.ops.maximum(self.acc_val[acc], part)
+                    continue
+                prev = self.acc_val[acc]
+                if self.kern.online:
+                    for m in maxes:
+                        if self._depends_on(acc, m) and m in old:
+                            scale = self._online_scale(acc, m, old[m], self.acc_val[m])
+                            prev = prev * align(scale, g.nodes[m].axes, node.axes)
+                self.acc_val[acc] = prev + part
+        for acc in self.accs:  # an empty streamed axis: sums are 0, maxes -inf
+            if acc not in self.acc_val:
+                node = g.nodes[acc]
+                shape = [g.size(a) if a not in region else region[a][1] - region[a][0]
+                         for a in node.axes]
+                fill = -math.inf if node.op == "reduce" and node.fn == "max" else 0.0
+                self.acc_val[acc] = self.ops.full(shape, fill)
+
+    def _write_outputs(self, region: Region) -> None:
+        g = self.g
         for out in self.plan.outputs(self.k):
             val = self.ev(out, region)
             node = g.nodes[out]

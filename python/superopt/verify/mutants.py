@@ -212,6 +212,13 @@ def _m_split(plan: Plan, site: tuple) -> Plan:
     raise NotApplicable
 
 
+def _m_rows(plan: Plan, site: tuple) -> Plan:
+    """The kernels merge, but the row axis is not streamed inside the row: the grid tiles it,
+    so each reduction sees only its tile of the row."""
+    p, c = site
+    return merge_kernels(plan, p, [c])
+
+
 # -- wrong tilings (passed to the interpreter as its ``tiling``) ---------------------------
 
 def _skip_last(size: int, tile: int):
@@ -269,6 +276,9 @@ IMPL_MUTANTS: dict[str, list[ImplMutant]] = {
     "split_kernel": [_mutant("split_kernel", "the raw reduction is materialised and read in "
                              "place of its per-row chain", _m_split,
                              graph_names=["rmsnorm", "attention"])],
+    "fuse_rows": [_mutant("fuse_rows", "merged without streaming the row axis: the grid tiles "
+                          "the reduced axis", _m_rows,
+                          graph_names=["softmax_rows", "layernorm_rows"])],
     # grid axes m, n in tiles of 1 (several tiles), the streamed d in one tile: only the grid
     # enumeration is affected by the skipped last tile
     "tile_parallel": [_mutant("tile_parallel", "the last grid tile is skipped",

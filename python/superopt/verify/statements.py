@@ -274,6 +274,33 @@ def _split(mutant: bool) -> list[Obligation]:
     return obs
 
 
+def _rows(mutant: bool) -> list[Obligation]:
+    """``fuse_rows_sound``: a row-fused kernel — per row, a first pass over the row's tiles for
+    ``r1 = Σ_k F(X i k)``, a second pass for ``r2 = Σ_k G(X i k, r1)`` that reads ``r1``'s
+    final value, then the outputs ``H(X i k, r2)`` tile by tile — computes what the graph
+    defines (softmax's max then sum, LayerNorm's mean then variance)."""
+    obs = []
+    F, G, H = sp.Function("F"), sp.Function("G"), sp.Function("H")
+    for N, K in itertools.product(range(1, 3), range(1, 5)):
+        X = real_symbols("X", (N, K))
+        for t in range(1, K + 1):
+            for i in range(N):
+                r1 = sp.Integer(0)
+                r2 = sp.Integer(0)
+                for lo, hi in tiles(K, t):  # pass 1
+                    r1 = r1 + _sum(F(X[i, k]) for k in range(lo, hi))
+                running = sp.Integer(0)
+                for lo, hi in tiles(K, t):  # pass 2, reading r1's final value
+                    running = running + _sum(F(X[i, k]) for k in range(lo, hi))
+                    r2 = r2 + _sum(G(X[i, k], running if mutant else r1) for k in range(lo, hi))
+                want1 = _sum(F(X[i, k]) for k in range(K))
+                want2 = _sum(G(X[i, k], want1) for k in range(K))
+                for k in range(K):
+                    obs.append(Obligation(f"N={N}, K={K}, tiles of {t}, (i,k)=({i},{k})",
+                                          H(X[i, k], r2), H(X[i, k], want2)))
+    return obs
+
+
 def _tile(mutant: bool) -> list[Obligation]:
     """``tile_parallel_sound f T n`` (lists of values, so order and count are checked), and
     the grid of two tiled axes writing every element once."""
@@ -424,6 +451,17 @@ STATEMENTS: dict[str, Statement] = {s.rule_id: s for s in (
         "buffer = computing x inline, for any consumer h",
         "N ∈ 1..2 rows, K ∈ 1..4, the first kernel streaming in tiles of 1..K, free f, g, h",
         _split, "the buffer holds the wrong node: the raw sum Σ f instead of g(Σ f)"),
+    Statement(
+        "fuse_rows",
+        "theorem fuse_rows_sound (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)\n"
+        "    (hK : kernelOk g ran K = true) :\n"
+        "    ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →\n"
+        "      kernelVal g T K env mem fuel i idx = denote g env i idx",
+        "a row-fused kernel: per row, pass 1 over the row's tiles for r1 = Σ F, pass 2 for "
+        "r2 = Σ G(x, r1) reading r1's final value, then the outputs H(x, r2) = the graph's "
+        "values",
+        "N ∈ 1..2 rows, K ∈ 1..4, tiles of 1..K, free F, G, H",
+        _rows, "one pass: the second reduction reads the running (partial) first one"),
     Statement(
         "tile_parallel",
         "theorem tile_parallel_sound (f : Nat → β) (T n : Nat) :\n"
