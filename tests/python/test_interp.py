@@ -11,7 +11,8 @@ from superopt.derive import complete, derive_all, explore
 from superopt.errors import DerivationError
 from superopt.verify.interpreter import axis_tiles, run_plan
 from superopt.derive.plan import Kernel, Plan, initial_plan
-from superopt.derive.rules import RULES, is_row_fused, tileable_axes
+from superopt.derive.rules import RULES
+from superopt.derive.schedule import is_row_fused, tileable_axes
 from superopt.ir.semantics import relative_error
 from superopt.workloads import WORKLOADS
 

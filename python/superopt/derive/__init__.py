@@ -2,7 +2,11 @@
 
 * :mod:`superopt.derive.plan`: :class:`Plan` and :class:`Kernel`, the state a derivation
   acts on;
-* :mod:`superopt.derive.rules`: the rules (each names its Lean soundness theorem);
+* :mod:`superopt.derive.rules`: the rule table (each rule names its Lean soundness
+  theorem); the rules themselves by kind in :mod:`~superopt.derive.algebra` (graph
+  rewrites, through :mod:`~superopt.derive.rewrite`), :mod:`~superopt.derive.fusion` and
+  :mod:`~superopt.derive.online` (kernel merges), :mod:`~superopt.derive.schedule`
+  (completion: grid and stream);
 * :mod:`superopt.derive.enumerator`: :func:`derive_all`, :func:`replay`, :func:`find`;
 * :mod:`superopt.derive.derivation`: the :class:`Step`, :class:`Derivation` and
   :class:`Derived` records.

@@ -32,7 +32,8 @@ from ..errors import DerivationError, SuperoptError
 from ..ir.dag import Graph
 from .derivation import Derivation, Derived, Step
 from .plan import Plan, initial_plan
-from .rules import RULES, SEARCH_RULES, get_rule, tileable_axes
+from .rules import RULES, SEARCH_RULES, get_rule
+from .schedule import tileable_axes
 
 #: Default search depth: enough for the longest reference derivation (rmsnorm_mlp's
 #: one-kernel plan takes 11 steps before completion).

@@ -10,7 +10,7 @@ Owns: the completeness check and the dispatch. Must not import module emission.
 from __future__ import annotations
 
 from ..derive.plan import Plan
-from ..derive.rules import tileable_axes
+from ..derive.schedule import tileable_axes
 from ..dtypes import storage_dtype as _storage
 from ..errors import LoweringError
 from .families import family_of

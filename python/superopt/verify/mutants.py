@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..derive.plan import Plan, initial_plan
-from ..derive.rules import (RULES, merge_kernels, online_parts, row_scale_parts, split_parts,
-                            rewrite_graph)
+from ..derive.algebra import row_scale_parts
+from ..derive.fusion import merge_kernels, split_parts
+from ..derive.online import online_parts
+from ..derive.rewrite import rewrite_graph
+from ..derive.rules import RULES
 from ..ir.dag import Graph, Node, NodeId
 from .implementation import NotApplicable, check_implementation
 from .interpreter import Tiling, axis_tiles

@@ -1,0 +1,293 @@
+"""The fusion rules: each merges kernels of a plan, never changing its graph.
+``<rule>_sites(plan)`` lists the sites, ``<rule>(plan, site)`` merges there;
+:mod:`superopt.derive.rules` tables them. ``online_softmax`` lives in
+:mod:`superopt.derive.online`, the completion rules in :mod:`superopt.derive.schedule`.
+
+Owns: kernel merging (:func:`merge_kernels`), the launch-order conditions a merge must keep
+(:func:`epilogue_position`), and what each fusion rule matches. Imports the IR and the plan.
+"""
+
+from __future__ import annotations
+
+from ..ir.dag import LEAF_OPS, Graph, NodeId
+from .plan import Kernel, Plan
+from .schedule import is_row_fused
+
+Site = tuple
+
+
+def merge_kernels(plan: Plan, into: int, others: list[int], **changes) -> Plan:
+    """Kernel ``into`` absorbs ``others`` (their nodes), at ``into``'s position."""
+    ks = list(plan.kernels)  # ``shared``: the anchor nodes that read one operand tile
+    nodes = set(ks[into].nodes)
+    shared = set(ks[into].shared) | set(changes.pop("shared", ()))
+    for o in others:
+        nodes |= set(ks[o].nodes)
+        shared |= set(ks[o].shared)
+    ks[into] = ks[into].with_(nodes=tuple(sorted(nodes)), shared=tuple(sorted(shared)), **changes)
+    return Plan(plan.graph, tuple(k for i, k in enumerate(ks) if i not in others))
+
+
+def deps_before(plan: Plan, k: int, limit: int) -> bool:
+    """Every node kernel ``k`` reads from outside comes from an input or a kernel before ``limit``."""
+    for a in plan.external_args(k):
+        o = plan.owner(a)
+        if o is not None and o >= limit:
+            return False
+    return True
+
+
+def elementwise_only(plan: Plan, k: int) -> bool:
+    return all(plan.graph.nodes[n].is_elementwise for n in plan.kernels[k].nodes)
+
+
+def depends_on(plan: Plan, k2: int, k1: int) -> bool:
+    """Whether kernel ``k2`` reads (transitively, through other kernels) a node of kernel ``k1``."""
+    g = plan.graph
+    target = set(plan.kernels[k1].nodes)
+    stack = list(plan.kernels[k2].nodes)
+    seen = set()
+    while stack:
+        n = stack.pop()
+        for a in g.nodes[n].args:
+            if a in target:
+                return True
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return False
+
+
+def readers_between(plan: Plan, p: int, c: int) -> bool:
+    """Whether a kernel strictly between ``p`` and ``c`` reads a node of kernel ``p``."""
+    nodes = set(plan.kernels[p].nodes)
+    g = plan.graph
+    return any(a in nodes for j in range(p + 1, c) for n in plan.kernels[j].nodes
+               for a in g.nodes[n].args)
+
+
+def epilogue_position(plan: Plan, p: int, c: int) -> int | None:
+    """Where the fused kernel goes: at ``p`` if ``c``'s other inputs are ready by then, else
+    at ``c`` if nothing in between reads ``p``; ``None`` if neither order is valid."""
+    others = [plan.owner(a) for a in plan.external_args(c) if plan.owner(a) not in (None, p)]
+    if all(o < p for o in others):
+        return p
+    if not readers_between(plan, p, c):
+        return c
+    return None
+
+
+def fuse_epilogue_sites(plan: Plan) -> list[Site]:
+    g, out = plan.graph, []
+    for c in range(len(plan.kernels)):
+        if not elementwise_only(plan, c):
+            continue
+        dom = plan.domain(c)
+        ext = plan.external_args(c)
+        for p in sorted({plan.owner(a) for a in ext if plan.owner(a) is not None}):
+            kp = plan.kernels[p]
+            if plan.domain(p) != dom:
+                continue
+            ok = True
+            for a in ext:
+                if plan.owner(a) == p:
+                    if kp.stream is not None and kp.stream in g.nodes[a].axes:
+                        ok = False  # a value inside p's streamed loop, not an epilogue value
+                elif not set(g.nodes[a].axes) <= set(dom[:-1]):
+                    ok = False  # epilogues read the producer's fragments and row vectors only
+            if ok and epilogue_position(plan, p, c) is not None:
+                out.append((p, c))
+    return out
+
+
+def fuse_epilogue(plan: Plan, site: Site) -> Plan:
+    p, c = site
+    if epilogue_position(plan, p, c) == p:
+        return merge_kernels(plan, p, [c])
+    return merge_kernels(plan, c, [p])
+
+
+def fuse_prologue_sites(plan: Plan) -> list[Site]:
+    g, out = plan.graph, []
+    for p in range(len(plan.kernels)):
+        if not elementwise_only(plan, p):
+            continue
+        nodes = plan.kernels[p].nodes
+        if any(o in nodes for o in g.outputs):
+            continue
+        readers = {plan.owner(cn) for n in nodes for cn in g.consumers(n)} - {p}
+        if len(readers) != 1:
+            continue
+        (c,) = readers
+        if elementwise_only(plan, c):
+            continue  # elementwise into elementwise is an epilogue fusion of the reader
+        out.append((p, c))
+    return out
+
+
+def fuse_prologue(plan: Plan, site: Site) -> Plan:
+    p, c = site
+    ks = list(plan.kernels)
+    merged = ks[c].with_(nodes=tuple(sorted(set(ks[c].nodes) | set(ks[p].nodes))))
+    ks[c] = merged
+    del ks[p]
+    return Plan(plan.graph, tuple(ks))
+
+
+def _anchors(plan: Plan, k: int) -> list[NodeId]:
+    """The reduction nodes (reduce, matmul) of kernel ``k`` over its reduction axis."""
+    g = plan.graph
+    r = plan.reduction_axis(k)
+    out = []
+    for n in plan.kernels[k].nodes:
+        node = g.nodes[n]
+        if (node.op == "reduce" and node.axis == r) or (node.op == "matmul" and node.axis == r):
+            out.append(n)
+    return out
+
+
+def _streamed_operands(plan: Plan, k: int) -> set[NodeId]:
+    """External nodes that kernel ``k`` reads along its reduction axis (its streamed operands)."""
+    g = plan.graph
+    r = plan.reduction_axis(k)
+    return {a for a in plan.external_args(k) if r in g.nodes[a].axes}
+
+
+def share_operand_load_sites(plan: Plan) -> list[Site]:
+    out = []
+    n = len(plan.kernels)
+    for k1 in range(n):
+        r1 = plan.reduction_axis(k1)
+        if r1 is None or plan.kernels[k1].online:
+            continue
+        for k2 in range(k1 + 1, n):
+            if plan.reduction_axis(k2) != r1 or plan.kernels[k2].online:
+                continue
+            if plan.kernels[k1].stream != plan.kernels[k2].stream:
+                continue
+            if not (_streamed_operands(plan, k1) & _streamed_operands(plan, k2)):
+                continue
+            d1, d2 = plan.domain(k1), plan.domain(k2)
+            short, long_ = (d1, d2) if len(d1) <= len(d2) else (d2, d1)
+            if long_[:len(short)] != short or len(long_) - len(short) > 1:
+                continue
+            if depends_on(plan, k2, k1) or not deps_before(plan, k2, k1):
+                continue
+            out.append((k1, k2))
+    return out
+
+
+def share_operand_load(plan: Plan, site: Site) -> Plan:
+    k1, k2 = site
+    return merge_kernels(plan, k1, [k2], shared=tuple(_anchors(plan, k1) + _anchors(plan, k2)))
+
+
+def split_parts(plan: Plan, k: int, n: NodeId):
+    """The nodes that move out with per-row reduction ``n``: its in-kernel ancestors and its
+    per-row descendants (same axes, reading only moved nodes and leaves)."""
+    g = plan.graph
+    kern = set(plan.kernels[k].nodes)
+    moved = {n}
+    stack = [n]
+    while stack:
+        i = stack.pop()
+        for a in g.nodes[i].args:
+            if a in kern and a not in moved:
+                moved.add(a)
+                stack.append(a)
+    ancestors = moved - {n}
+    for i in sorted(kern):
+        if i in moved or i < n:
+            continue
+        node = g.nodes[i]
+        if node.is_elementwise and node.axes == g.nodes[n].axes and all(
+                a in moved or g.nodes[a].op in LEAF_OPS for a in node.args):
+            moved.add(i)
+    rest = kern - moved
+    if not rest:
+        return None
+    # an ancestor must not be read by a node that stays
+    if any(a in ancestors for r in rest for a in g.nodes[r].args):
+        return None
+    return moved
+
+
+def split_kernel_sites(plan: Plan) -> list[Site]:
+    g, out = plan.graph, []
+    for k, kern in enumerate(plan.kernels):
+        if kern.online or is_row_fused(plan, k):
+            continue
+        dom = plan.domain(k)
+        for n in kern.nodes:
+            node = g.nodes[n]
+            if node.op == "reduce" and len(node.axes) < len(dom) and \
+                    dom[:len(node.axes)] == node.axes and split_parts(plan, k, n) is not None:
+                out.append((k, n))
+    return out
+
+
+def split_kernel(plan: Plan, site: Site) -> Plan:
+    k, n = site
+    moved = split_parts(plan, k, n)
+    kern = plan.kernels[k]
+    first = Kernel(tuple(sorted(moved)), (), kern.stream, False, ())
+    rest_nodes = tuple(i for i in kern.nodes if i not in moved)
+    rest = kern.with_(nodes=rest_nodes,
+                      shared=tuple(a for a in kern.shared if a not in moved))
+    ks = list(plan.kernels)
+    ks[k:k + 1] = [first, rest]
+    return Plan(plan.graph, tuple(ks))
+
+
+def _row_fusion_axis(g: Graph, nodes: set[NodeId], dom: tuple) -> str | None:
+    """The one axis every reduction in ``nodes`` reduces, if it is in ``dom``, each reduction
+    gives a row of ``dom`` without it, no matmul is among the nodes and every node's axes lie
+    in ``dom``; else ``None``."""
+    axes = set()
+    for n in nodes:
+        node = g.nodes[n]
+        if node.op == "matmul" or not set(node.axes) <= set(dom):
+            return None
+        if node.op == "reduce":
+            axes.add(node.axis)
+    if len(axes) != 1:
+        return None
+    (a,) = axes
+    row = tuple(x for x in dom if x != a)
+    if a not in dom or any(g.nodes[n].axes != row for n in nodes if g.nodes[n].op == "reduce"):
+        return None
+    return a
+
+
+def fuse_rows_sites(plan: Plan) -> list[Site]:
+    g, out = plan.graph, []
+    for c in range(len(plan.kernels)):
+        kc = plan.kernels[c]
+        if kc.online:
+            continue
+        for p in sorted({plan.owner(a) for a in plan.external_args(c)
+                         if plan.owner(a) is not None}):
+            kp = plan.kernels[p]
+            if kp.online:
+                continue
+            nodes = set(kp.nodes) | set(kc.nodes)
+            merged = merge_kernels(plan, p, [c]) if p < c else None
+            if merged is None:
+                continue
+            dom = merged.domain(p)
+            a = _row_fusion_axis(g, nodes, dom)
+            if a is None or kp.stream not in (None, a) or kc.stream not in (None, a):
+                continue
+            if epilogue_position(plan, p, c) is not None:
+                out.append((p, c))
+    return out
+
+
+def fuse_rows(plan: Plan, site: Site) -> Plan:
+    p, c = site
+    into, other = (p, c) if epilogue_position(plan, p, c) == p else (c, p)
+    merged = merge_kernels(plan, into, [other])
+    k = into if into < other else into - 1
+    dom = merged.domain(k)
+    a = _row_fusion_axis(plan.graph, set(merged.kernels[k].nodes), dom)
+    return merge_kernels(plan, into, [other], stream=a)
