@@ -63,6 +63,16 @@ EDGE_SPECS = {
     "exp_scaled": AttentionSpec(batch=2, tq=256, tkv=512, dqk=128, dv=128, use_exp2=False, scale=128**-0.5),
     "d72_dv40": AttentionSpec(batch=2, tq=200, tkv=300, dqk=72, dv=40),
     "d100_pipelined": AttentionSpec(batch=2, tq=128, tkv=200, dqk=100, dv=100),
+    # issues 14/15: GQA (4 query heads per K/V head), causal and sliding-window masks, decode
+    "causal_gqa": AttentionSpec(batch=8, tq=300, tkv=300, dqk=128, dv=128, scale=128**-0.5,
+                                kv_group=4, mask_lo=0),
+    "causal_qgtkv": AttentionSpec(batch=4, tq=500, tkv=300, dqk=128, dv=128, kv_group=2,
+                                  mask_lo=200),  # the first 200 rows see no key: NaN rows
+    "window_gqa": AttentionSpec(batch=8, tq=1000, tkv=1000, dqk=128, dv=128, scale=128**-0.5,
+                                kv_group=4, mask_lo=0, mask_hi=255),
+    "decode_gqa": AttentionSpec(batch=64, tq=1, tkv=8192, dqk=128, dv=128, scale=128**-0.5,
+                                kv_group=4),
+    "bf16_huge": AttentionSpec(batch=2, tq=256, tkv=640, dqk=128, dv=128, dtype="bfloat16"),
 }
 MARK = "@@RESULT@@"
 
@@ -97,8 +107,8 @@ def _inputs(spec: AttentionSpec, pattern: str, gen):
     dt = getattr(torch, spec.dtype)
     b, tq, tkv, dq, dv = spec.batch, spec.tq, spec.tkv, spec.dqk, spec.dv
     q = torch.randn(b, tq, dq, device="cuda", generator=gen) * dq**-0.25
-    k = torch.randn(b, tkv, dq, device="cuda", generator=gen) * dq**-0.25
-    v = torch.randn(b, tkv, dv, device="cuda", generator=gen)
+    k = torch.randn(spec.kv_batch, tkv, dq, device="cuda", generator=gen) * dq**-0.25
+    v = torch.randn(spec.kv_batch, tkv, dv, device="cuda", generator=gen)
     if pattern != "random":
         # Feature 0 carries a per-key bias: score(q, j) = bias_j / scale + noise.
         q[..., 0] = 1.0
@@ -111,6 +121,10 @@ def _inputs(spec: AttentionSpec, pattern: str, gen):
             bias = torch.linspace(0.0, 24.0, tkv, device="cuda")
         elif pattern == "very_negative":
             bias[:] = -300.0  # exp(-300) underflows fp32: only the max subtraction saves it
+        elif pattern == "huge":
+            # scores ~1e12 (bf16): exact in fp32 (the other features are 0)
+            bias = 1e12 + torch.arange(tkv, device="cuda") * 1e9
+            q[..., 1:] = 0.0
         else:
             raise ValueError(pattern)
         k[..., 0] = bias / spec.scale
@@ -121,15 +135,32 @@ def _reference(spec: AttentionSpec, q, k, v):
     import torch
 
     out = torch.empty(spec.batch, spec.tq, spec.dv, dtype=torch.float64, device="cuda")
+    i_pos = torch.arange(spec.tq, device="cuda")[:, None]
+    j_pos = torch.arange(spec.tkv, device="cuda")[None, :]
+    keep = torch.ones(spec.tq, spec.tkv, dtype=torch.bool, device="cuda")
+    if spec.mask_lo is not None:
+        keep &= (i_pos - j_pos) >= spec.mask_lo
+    if spec.mask_hi is not None:
+        keep &= (i_pos - j_pos) <= spec.mask_hi
     for i in range(spec.batch):  # one batch row at a time keeps the fp64 S small
-        s = spec.scale * (q[i].double() @ k[i].double().T)
-        out[i] = torch.softmax(s, dim=-1) @ v[i].double()
+        kv = i // spec.kv_group
+        s = spec.scale * (q[i].double() @ k[kv].double().T)
+        s = s.masked_fill(~keep, float("-inf"))
+        out[i] = torch.softmax(s, dim=-1) @ v[kv].double()  # a fully masked row: NaN
     return out
 
 
-def check_kernel(kernel, spec: AttentionSpec, patterns, seed: int) -> dict:
-    """Run ``kernel`` on fresh inputs for each pattern; return errors and a verdict."""
+def check_kernel(kernel, spec: AttentionSpec, patterns, seed: int,
+                 cfg: AttentionConfig | None = None) -> dict:
+    """Run ``kernel`` on fresh inputs for each pattern; return errors and a verdict.
+    Fully masked rows must be NaN, as the float64 reference's 0/0 is."""
     import torch
+
+    from superopt.lower.kernels.attention_spec import q_layout
+
+    lay = q_layout(spec, cfg.for_spec(spec)) if cfg is not None else None
+    qv = (lay.batch, lay.rows, spec.dqk) if lay else (spec.batch, spec.tq, spec.dqk)
+    ov = (lay.batch, lay.rows, spec.dv) if lay else (spec.batch, spec.tq, spec.dv)
 
     tol = 8e-3 if spec.dtype == "bfloat16" else 2e-3
     gen = torch.Generator(device="cuda")
@@ -138,11 +169,14 @@ def check_kernel(kernel, spec: AttentionSpec, patterns, seed: int) -> dict:
     for pattern in patterns:
         q, k, v = _inputs(spec, pattern, gen)
         o = torch.full((spec.batch, spec.tq, spec.dv), float("nan"), dtype=q.dtype, device="cuda")
-        kernel(q, k, v, o)
+        kernel(q.view(qv), k, v, o.view(ov))
         torch.cuda.synchronize()
         ref = _reference(spec, q, k, v)
-        finite = bool(torch.isfinite(o).all().item())
-        err = float(((o.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item())
+        # NaN exactly where the reference is NaN (fully masked rows), finite elsewhere
+        finite = bool((torch.isnan(o) == torch.isnan(ref)).all().item()
+                      and torch.isfinite(o[~torch.isnan(ref)]).all().item())
+        sel = ~torch.isnan(ref)
+        err = float(((o.double()[sel] - ref[sel]).norm() / ref[sel].norm().clamp_min(1e-30)).item())
         ok = finite and err <= tol
         res["cases"][pattern] = {"relerr": err, "finite": finite, "ok": ok}
         res["ok"] = res["ok"] and ok
@@ -159,7 +193,7 @@ def worker_main(job_path: str) -> None:
         kernel = _load_kernel(spec, cfg, Path(job["src_dir"]), job["tag"])
         out["compile_s"] = round(time.time() - t0, 2)
         out["stage"] = "check"
-        out["check"] = check_kernel(kernel, spec, job["patterns"], job["seed"])
+        out["check"] = check_kernel(kernel, spec, job["patterns"], job["seed"], cfg)
         out["stage"] = "done"
     except Exception as exc:  # noqa: BLE001 - every failure is a result here
         out["error"] = f"{type(exc).__name__}: {exc}"[-2000:]
@@ -299,11 +333,13 @@ def main() -> None:
                          "cfg": asdict(cfg), "patterns": patterns, "seed": 1000 + rank, "src_dir": str(src_dir)})
     edge_jobs = []
     for case, spec in EDGE_SPECS.items():
-        space = attention_config_space(spec)
+        # split-KV needs its combine launch and scratch: tests/python/test_gpu_attention.py
+        space = [c for c in attention_config_space(spec) if c.splits == 1]
         # the best reference configs that fit this shape, else the shape's own best
         for cfg in [c for c in space if c.label() in edge_labels] or space[:1]:
+            pats = patterns + (["huge"] if spec.dtype == "bfloat16" else [])
             edge_jobs.append({"tag": f"{case}__{cfg.label()}", "case": case, "spec": asdict(spec),
-                              "cfg": asdict(cfg), "patterns": patterns, "seed": 7 + len(edge_jobs),
+                              "cfg": asdict(cfg), "patterns": pats, "seed": 7 + len(edge_jobs),
                               "src_dir": str(src_dir)})
     print(f"[validate_attention] {len(ref_cfgs)} reference configs, {len(ref_jobs) + len(edge_jobs)} compile+check "
           f"jobs, {args.workers} at a time", flush=True)

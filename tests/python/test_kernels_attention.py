@@ -13,13 +13,16 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from superopt.errors import LoweringError
+from superopt.ir.ops import LOG2E
 from superopt.lower.kernels.attention import attention_source
+from superopt.lower.kernels.attention_online_softmax import FFMA_LIMIT
 from superopt.lower.kernels.attention_space import (SMEM_LIMIT_BYTES, attention_config_space,
-                                                    attention_smem_bytes)
-from superopt.lower.kernels.attention_spec import AttentionConfig, AttentionSpec
+                                                    attention_smem_bytes, visited_tiles)
+from superopt.lower.kernels.attention_spec import AttentionConfig, AttentionSpec, grid_shape
 
 REF = AttentionSpec(batch=16, tq=4096, tkv=4096, dqk=128, dv=128)
 EDGE = {
@@ -95,7 +98,7 @@ def test_spec_and_config_validation():
 def test_config_space_reference():
     space = attention_config_space(REF)
     assert space == attention_config_space(REF), "deterministic"
-    assert 8 <= len(space) <= 16
+    assert 8 <= len(space) <= 20
     assert len(set(space)) == len(space)
     assert space[0] == WS_PP, "FlashAttention-3 style ping-pong 128x128, 2 stages first"
     assert {c.schedule for c in space} == {"ws", "pipelined"}
@@ -129,9 +132,9 @@ def test_source_text():
     src_exp = attention_source(EDGE["exp"], WS_PP)
     assert "T.exp(" in src_exp and "T.exp2(" not in src_exp and "0.125" in src_exp
     src_mask = attention_source(EDGE["kv129"], WS_PP)
-    assert "k * 128 + j < 129" in src_mask and "if k == 1:" in src_mask
+    assert "(k * 128 + j) < 129" in src_mask and "if k == 1:" in src_mask
     src_one = attention_source(EDGE["kv3_q100"], WS_PP)
-    assert "0 * 128 + j < 3" in src_one  # single key tile: masked in the prologue
+    assert "(0 * 128 + j) < 3" in src_one  # single key tile: masked in the prologue
     named = replace(REF, name="attn_fwd_h16")
     assert attention_source(named, WS_PP).startswith("def build_attn_fwd_h16():")
 
@@ -174,9 +177,9 @@ def test_lower_edge_cases(tmp_path, name):
         if spec.dtype == "bfloat16":
             assert "bfloat16_t" in cu and "kBFloat16" in cu
         if spec.tkv % cfg.block_n:
-            assert f"+ j < {spec.tkv}" in text
+            assert f"+ j) < {spec.tkv}" in text
         else:
-            assert f"+ j < {spec.tkv}" not in text
+            assert f"+ j) < {spec.tkv}" not in text
 
 
 def test_mask_present_in_cuda_for_ragged_keys(tmp_path):
@@ -195,3 +198,261 @@ def test_device_compile_reference_best(tmp_path):
     cfg = attention_config_space(REF)[0]
     _, cu = _lower(tmp_path, REF, cfg, "dc_" + cfg.label(), device_compile=True)
     check_ws_cuda(cu, cfg)
+
+
+# ------------------------------------------------------------------ issue 13: grids, numerics
+
+
+def test_grid_folds_batch_past_grid_y_limit(tmp_path):
+    """100_000 heads do not fit grid y (65535): the batch is folded into grid x."""
+    from superopt.lower import tl
+
+    spec = AttentionSpec(batch=100_000, tq=128, tkv=128, dqk=128, dv=128)
+    text = "import tilelang\nimport tilelang.language as T\n\n\n" + attention_source(spec, WS_PP)
+    assert "as bxz:" in text and "bz = bxz // 1" in text
+    path = tmp_path / "attn_grid.py"
+    path.write_text(text)
+    mod = tl.import_module_file(path, name="test_attn_grid_fold")
+    _, info = tl.lower_with_launch_info(mod.build_attention())
+    assert info["attention_kernel"]["grid"] == (100_000, 1, 1)
+    assert grid_shape(2, 70_000) == (140_000,)
+    assert grid_shape(32, 16) == (32, 16) and grid_shape(1, 64, 4) == (1, 64, 4)
+    assert grid_shape(1, 100_000, 4) == (100_000, 1, 4)
+    with pytest.raises(LoweringError, match="grid limit"):
+        grid_shape(40_000, 70_000)
+    with pytest.raises(LoweringError, match="int32 indexing limit"):
+        AttentionSpec(batch=200_000, tq=128, tkv=128, dqk=128, dv=128)
+
+
+def _emulate(s: np.ndarray, v: np.ndarray, c: float, bn: int) -> np.ndarray:
+    """The kernels' online recurrence (attention_online_softmax's docstring) in float32,
+    one key tile of ``bn`` at a time: an emulation of the arithmetic, not of TileLang."""
+    f = np.float32
+    s, v, c = s.astype(f), v.astype(f), f(c)
+    rows = s.shape[0]
+    m = np.full(rows, -np.inf, f)
+    dev = np.zeros(rows, f)
+    l_ = np.zeros(rows, f)
+    acc = np.zeros((rows, v.shape[1]), f)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for k0 in range(0, s.shape[1], bn):
+            t = s[:, k0:k0 + bn]
+            m_prev, dev_prev = m, dev
+            m = np.maximum(m, t.max(axis=1))
+            mr = np.where(m == -np.inf, f(0), m).astype(f)
+            msc = (mr * c).astype(f)
+            fast = np.abs(msc) < f(FFMA_LIMIT)
+            exact = mr.astype(np.float64) * float(c)  # fma(mr, -c, msc) is exact
+            dev = np.where(fast, (msc.astype(np.float64) - exact).astype(f), f(0))
+            arg = ((m_prev - mr).astype(np.float64) * float(c) + (dev_prev - dev)).astype(f)
+            alpha = np.exp2(arg).astype(f)
+            ffma = (t.astype(np.float64) * float(c) - msc[:, None]).astype(f)
+            two = ((t - mr[:, None]).astype(f) * c).astype(f)
+            p = np.exp2(np.where(fast[:, None], ffma, two)).astype(f)
+            l_ = (alpha * l_ + p.sum(axis=1, dtype=f)).astype(f)
+            acc = (alpha[:, None] * acc + p @ v[k0:k0 + bn]).astype(f)
+        rinv = np.where(l_ > 0, f(1) / l_, f(np.inf))
+        return acc * rinv[:, None]
+
+
+def _softmax64(s: np.ndarray, v: np.ndarray, c: float) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        x = s.astype(np.float64) * c
+        p = np.exp(x - x.max(axis=1, keepdims=True))
+        return (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+
+
+def test_online_recurrence_extreme_magnitudes():
+    """Scores ~1e12 (bf16 inputs), very negative rows, rows that see no key in their first
+    tiles and fully masked rows: the recurrence the kernels write matches float64, and a
+    fully masked row is NaN (the reference's 0/0)."""
+    rng = np.random.default_rng(3)
+    rows, keys, bn, c = 6, 512, 128, LOG2E / 8.0
+    v = rng.standard_normal((keys, 16))
+    s = rng.standard_normal((rows, keys)) * 4
+    s[0] = 1e12 + rng.integers(-4, 4, keys) * 2.0 ** 17   # huge, ties broken by 1 ulp
+    s[1] = -1e12 + rng.integers(-4, 4, keys) * 2.0 ** 17
+    s[2] -= 1e6                                            # very negative, no underflow
+    s[3, :300] = -np.inf                                   # masked leading tiles
+    s[4] = -np.inf                                         # fully masked
+    s[5, 300] = 3e8                                        # fast, then the exact form
+    out = _emulate(s, v, c, bn)
+    ref = _softmax64(s.astype(np.float32), v.astype(np.float32), c / LOG2E)  # fp32 scores
+    assert np.isnan(out[4]).all() and np.isnan(ref[4]).all()
+    ok = [0, 1, 2, 3, 5]
+    assert np.isfinite(out[ok]).all()
+    err = np.linalg.norm(out[ok] - ref[ok]) / np.linalg.norm(ref[ok])
+    assert err < 1e-5, err
+    # the single-FFMA form alone is wrong there: the row's common factor 2^D (D = the
+    # rounding of m * c, exact in float64) is far past fp32's range
+    m32, c32 = np.float32(s[0].max()), np.float32(c)
+    assert abs(float(m32) * float(c32) - float(np.float32(m32 * c32))) > 128
+
+
+def test_numerics_text(tmp_path):
+    """Every schedule: the running max starts at a true -inf, rows past |m c| >= 2^24 take
+    the exact form, 1 / l of a fully masked row is inf (NaN output), no finite sentinel."""
+    for cfg in (WS_PP, AttentionConfig(block_m=128, block_n=64, stages=2, threads=256,
+                                       schedule="pipelined")):
+        src = attention_source(REF, cfg)
+        assert 'T.fill(m, -T.infinity("float32"))' in src
+        assert "T.fma(mr[i], -1.4426950408889634, msc[i])" in src
+        assert "if slow == 0:" in src and "(acc_s[i, j] - mr[i]) * 1.4426950408889634" in src
+        assert 'T.if_then_else(l[i] > 0.0, 1.0 / l[i], T.infinity("float32"))' in src
+        assert "1e30" not in src and "1e+30" not in src
+    _, cu = _lower(tmp_path, REF, WS_PP, "numerics")
+    assert "__fmaf_rn(" in cu and "if (slow == 0)" in cu and "-CUDART_INF_F" in cu
+
+
+# ------------------------------------------------------------------ issues 14/15: masks, GQA, split
+
+
+CAUSAL = AttentionSpec(batch=32, tq=4096, tkv=4096, dqk=128, dv=128, scale=128 ** -0.5,
+                       kv_group=4, mask_lo=0)
+
+
+def test_causal_skips_masked_tiles(tmp_path):
+    """Causal: block qb visits key tiles 0..qb only (half the work), heaviest block first,
+    and only the diagonal tile is masked per element."""
+    assert visited_tiles(CAUSAL, WS_PP) == 32 * 33 // 2
+    assert visited_tiles(replace(CAUSAL, mask_lo=None), WS_PP) == 32 * 32
+    window = replace(CAUSAL, mask_hi=1023)  # 1024-key sliding window
+    assert visited_tiles(window, WS_PP) == sum(min(qb + 1, 9) for qb in range(32))
+    src = attention_source(CAUSAL, WS_PP)
+    assert "qb = 31 - bx" in src and "K[bz // 4," in src
+    assert "n_hi = T.min(32, T.floordiv(qhi - 0, 128) + 1)" in src
+    assert "if qlo - ((n_first + k) * 128 + 127) < 0 or n_hi <= n_lo:" in src
+    text, cu = _lower(tmp_path, CAUSAL, WS_PP, "causal")
+    assert "k_1 < (32 - ((int)blockIdx.x))" in cu  # the loop ends at the diagonal
+    check_ws_cuda(cu, WS_PP, CAUSAL)
+
+
+def test_mask_and_gqa_lower_in_every_schedule(tmp_path):
+    spec = replace(CAUSAL, batch=8, tq=300, tkv=700, mask_lo=400, mask_hi=None)
+    pipe = AttentionConfig(block_m=128, block_n=64, stages=2, threads=256, schedule="pipelined")
+    for cfg in (WS_PP, replace(WS_PP, pack_gqa=True), pipe, replace(pipe, pack_gqa=True)):
+        text, cu = _lower(tmp_path, spec, cfg, "mask_" + cfg.label())
+        assert "(qb * 128 + i)" in text or "% 300)" in text
+        assert "-CUDART_INF_F" in cu
+
+
+def test_packed_gqa_views(tmp_path):
+    spec = AttentionSpec(batch=32, tq=1, tkv=8192, dqk=128, dv=128, kv_group=4)
+    cfg = AttentionConfig(block_m=64, block_n=128, stages=2, threads=256, pack_gqa=True)
+    src = attention_source(spec, cfg)
+    assert 'Q: T.Tensor((8, 4, 128), "float16")' in src and "K[bz," in src
+    plan = cfg.launch_plan(spec)
+    assert plan.calls[0].args[0] == ("param", 0, (8, 4, 128))
+    assert replace(cfg, pack_gqa=False).launch_plan(spec) is None
+    assert AttentionConfig(**{**vars(WS_PP), "pack_gqa": True}).launch_plan(REF) is None
+
+
+def test_split_kv_decode(tmp_path):
+    """Decode (t_q = 1, 8192 keys, GQA 4): split-KV fills the SMs; two prim_funcs, fp32
+    scratch partials, the combine writes O."""
+    from superopt.lower import tl
+
+    spec = AttentionSpec(batch=256, tq=1, tkv=8192, dqk=128, dv=128, scale=128 ** -0.5,
+                         kv_group=4)
+    space = attention_config_space(spec)
+    best = space[0]
+    assert best.splits > 1 and best.pack_gqa, best.label()
+    src = attention_source(spec, best)
+    assert "def build_attention_combine():" in src and "O_part: T.Tensor(" in src
+    plan = best.launch_plan(spec)
+    assert plan.funcs == ("attention", "attention_combine")
+    assert [b.name for b in plan.scratch] == ["o_part", "m_part", "a_part"]
+    path = tmp_path / "attn_split.py"
+    path.write_text("import tilelang\nimport tilelang.language as T\n\n\n" + src)
+    mod = tl.import_module_file(path, name="test_attn_split_kv")
+    _, info = tl.lower_with_launch_info(mod.build_attention())
+    assert info["attention_kernel"]["grid"] == (1, 64, best.splits)
+    cu, info = tl.lower_with_launch_info(mod.build_attention_combine())
+    assert info["attention_combine_kernel"]["grid"] == (1, 64, 1) and "exp2f(" in cu
+    with pytest.raises(LoweringError, match="splits"):
+        AttentionConfig(block_m=64, block_n=128, stages=2, threads=256, splits=0)
+
+
+def test_lean_producer(tmp_path):
+    cfg = replace(WS_PP, lean_producer=True)
+    assert cfg.label() == "ws_pp_m128n128s2t384_lean"
+    assert cfg in attention_config_space(REF)
+    text, cu = _lower(tmp_path, REF, cfg, "lean")
+    assert "if tx < 288:" in text and "k_full = T.alloc_barrier([32] * 2)" in text
+    assert "k_full[0].init(32);" in cu and "q_full[0].init(32);" in cu
+    check_ws_cuda(cu, cfg)
+
+
+def test_spec_validation_new_fields():
+    with pytest.raises(LoweringError, match="kv_group"):
+        AttentionSpec(batch=6, tq=1, tkv=1, dqk=16, dv=16, kv_group=4)
+    with pytest.raises(LoweringError, match="empty"):
+        AttentionSpec(batch=1, tq=1, tkv=1, dqk=16, dv=16, mask_lo=3, mask_hi=2)
+    with pytest.raises(LoweringError, match="placeholder"):
+        AttentionSpec(batch=1, tq=1, tkv=1, dqk=16, dv=16, score_expr="1.0")
+
+
+# ------------------------------------------------------------------ the matcher on model graphs
+
+
+def _online_match(graph):
+    from superopt.derive import derive_all
+    from superopt.lower.match import match_plan
+
+    ds = [d for d in derive_all(graph) if len(d.plan.kernels) == 1 and d.plan.kernels[0].online
+          and any(s.rule == "exp_to_exp2" for s in d.derivation.steps)]
+    assert ds, "no one-kernel exp2 online plan"
+    return match_plan(ds[0].plan, "float16")
+
+
+def _graph(tq=256, tkv=256, lo=None, hi=None, swap=False, softcap=None, g=2, r=4):
+    import math
+
+    from superopt.dsl import DagBuilder, softmax_subdag
+
+    b = DagBuilder("attn_model", [("b", 1), ("g", g), ("r", r), ("t_q", tq), ("t_kv", tkv),
+                                  ("d_h", 64)])
+    q = b.input("Q", ["b", "g", "r", "t_q", "d_h"])
+    k = b.input("K", ["b", "g", "t_kv", "d_h"])
+    v = b.input("V", ["b", "g", "t_kv", "d_h"])
+    s = b.mul(b.matmul(q, k, "d_h", "d_h"), b.const(0.125))
+    if softcap is not None:
+        s = b.mul(b.tanh(b.div(s, b.const(softcap))), b.const(softcap))
+    if lo is not None or hi is not None:
+        band = (b.band("t_kv", "t_q", lo=None if hi is None else -hi,
+                       hi=None if lo is None else -lo) if swap
+                else b.band("t_q", "t_kv", lo=lo, hi=hi))
+        s = b.select(band, s, b.const(-math.inf))
+    b.output(b.matmul(softmax_subdag(b, s, "t_kv"), v, "t_kv", "t_kv"))
+    return b.build()
+
+
+def test_matcher_scale_mask_gqa_softcap(tmp_path):
+    m = _online_match(_graph(lo=0))
+    kl = m.kernels[0]
+    spec = kl.spec
+    assert (spec.batch, spec.kv_group, spec.mask_lo, spec.mask_hi) == (8, 4, 0, None)
+    assert spec.score_expr is None and abs(spec.score_factor - 0.125 * LOG2E) < 1e-15
+    assert [view for _, view in kl.params] == [(8, 256, 64), (2, 256, 64), (2, 256, 64)]
+    assert _online_match(_graph(lo=-64, hi=31, swap=True)).kernels[0].spec.mask_lo == -64
+    assert _online_match(_graph(lo=-64, hi=31, swap=True)).kernels[0].spec.mask_hi == 31
+    capped = _online_match(_graph(lo=0, softcap=30.0)).kernels[0].spec
+    assert "T.tanh(" in capped.score_expr and capped.mask_lo == 0
+    assert abs(capped.score_factor - 30.0 * LOG2E) < 1e-12  # the cap folds into exp2
+    text, _ = _lower(tmp_path, capped, WS_PP, "softcap")
+    assert "acc_s[i, j] = T.tanh(((acc_s[i, j] * 0.125) / 30.0))" in text
+
+
+def test_split_kv_module_launcher():
+    """The generated module launches the split kernel into scratch, then the combine."""
+    from superopt.lower import lower_plan
+    from superopt.lower.config import config_space
+
+    m = _online_match(_graph(tq=1, tkv=4096, g=8, r=4))
+    flat = [c for c in config_space(m, limit=40) if c["k0.splits"] > 1][0]
+    text = lower_plan(m, flat).source
+    assert "k0_attention_o_part = torch.empty(" in text
+    assert "'k0_attention_combine': tilelang.compile(build_k0_attention_combine()" in text
+    launch = text[text.index("def launch("):]
+    assert launch.index("k0_attention(") < launch.index("k0_attention_combine(")
+    assert "k0_attention_combine(k0_attention_o_part, k0_attention_m_part, " in launch

@@ -130,9 +130,10 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         "    target = _target()",
         "    return {",
     ]
-    for kl in kls_run:
-        lines.append(f"        {kl.spec.name!r}: tilelang.compile(build_{kl.spec.name}(), "
-                     "target=target),")
+    plans = [_launch_plan(kl, cfg) for kl, cfg in zip(kls_run, configs)]
+    for kl, lp in zip(kls_run, plans):
+        for fn in (lp.funcs if lp else (kl.spec.name,)):
+            lines.append(f"        {fn!r}: tilelang.compile(build_{fn}(), target=target),")
     lines += [
         "    }",
         "",
@@ -145,8 +146,12 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         "        device = torch.device('cuda', torch.cuda.current_device())",
         "    kernels = compile_kernels()",
     ]
-    for kl in kls_run:
-        lines.append(f"    {kl.spec.name} = kernels[{kl.spec.name!r}]")
+    for kl, lp in zip(kls_run, plans):
+        for fn in (lp.funcs if lp else (kl.spec.name,)):
+            lines.append(f"    {fn} = kernels[{fn!r}]")
+        for buf in (lp.scratch if lp else ()):
+            lines.append(f"    {kl.spec.name}_{buf.name} = torch.empty({tuple(buf.shape)!r}, "
+                         f"dtype=torch.{buf.dtype}, device=device)")
     for nid, view in inter:
         dt = f"torch.{storage_dtype(plan, nid, dtype)}"
         lines.append(f"    t{nid} = torch.empty({view!r}, dtype={dt}, device=device)")
@@ -166,7 +171,10 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     lines.append("        _check_current_device(device)")
     if empty:
         lines.append("        return  # an empty output: nothing to launch")
-    for kl in kls_run:
+    for kl, lp in zip(kls_run, plans):
+        if lp is not None:
+            lines += _plan_calls(kl, lp, names)
+            continue
         args = []
         for nid, view in kl.params:
             ref = names.get(nid, f"t{nid}")
@@ -175,6 +183,34 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         lines.append(f"        {kl.spec.name}({', '.join(args)})")
     lines += ["", "    return launch", ""]
     return "\n".join(lines)
+
+
+def _launch_plan(kl: KernelLowering, cfg: Any):
+    """The launches a kernel's configuration declares (``cfg.launch_plan(spec)``, e.g. the
+    attention family's split-KV kernel and its combine), or None for the default one
+    launch ``name(*params, output)``. A plan has ``funcs`` (each built by ``build_<func>()``
+    in the family's source), ``scratch`` buffers (``name``, ``shape``, torch ``dtype``) and
+    ``calls`` (``func``, ``args``: ``("param", i, view)``, ``("output", view)`` or
+    ``("scratch", name)``); see :class:`superopt.lower.kernels.attention_spec.LaunchPlan`."""
+    declare = getattr(cfg, "launch_plan", None)
+    return declare(kl.spec) if callable(declare) else None
+
+
+def _plan_calls(kl: KernelLowering, plan: Any, names: dict) -> list[str]:
+    """The launcher lines of a kernel's declared launches."""
+    out = []
+    for call in plan.calls:
+        args = []
+        for arg in call.args:
+            if arg[0] == "param":
+                nid = kl.params[arg[1]][0]
+                args.append(f"{names.get(nid, f't{nid}')}.view({tuple(arg[2])!r})")
+            elif arg[0] == "output":
+                args.append(f"{names.get(kl.output, f't{kl.output}')}.view({tuple(arg[1])!r})")
+            else:
+                args.append(f"{kl.spec.name}_{arg[1]}")
+        out.append(f"        {call.func}({', '.join(args)})")
+    return out
 
 
 def cache_dir() -> Path:

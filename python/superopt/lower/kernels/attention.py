@@ -26,23 +26,24 @@ visited in order with running row state ``m`` (max of the raw scores seen so far
     l     = alpha * l + rowsum(P_j);  acc = alpha * acc + P_j @ V_j
     O     = acc / l                            # after the last tile
 
-``c * m`` is rounded once per row and the same rounded value is used in ``P_j`` and in
-``alpha``, so the per-row rounding error of the folded constant cancels in ``acc / l``.
+The exact recurrence (one FFMA per score, or two operations for rows whose ``|c * m|`` is
+beyond 2^24, e.g. scores ~1e12) is in :mod:`.attention_online_softmax`.
 
-Conventions (edge cases):
+Conventions (edge cases; the same in every schedule):
 
 * ``t_kv`` not a multiple of ``block_n``: the scores of padded keys of the last tile are set
   to ``-inf`` before the row max, so ``exp`` gives exactly 0 for them; their ``K``/``V``
   rows are zero-filled by the loads (TMA out-of-bounds fill), so ``0 * V`` is 0, never NaN.
-  The first key tile always holds at least one real key (``t_kv >= 1``), so ``m`` is finite
-  after it whenever the scores are finite.
 * ``t_q`` not a multiple of ``block_m``: padded query rows read zeros and are never stored.
-* Very negative rows: the max subtraction keeps every exponent <= 0 with the row max giving
-  exactly ``exp(0) = 1``, so a row whose scores are all very negative (e.g. -1e6) gives the
-  same result as its shifted copy and no NaN. A row with no finite score at all (possible
-  only when ``scale * S`` overflows to ``-inf``) uses 0 as its reference instead of
-  ``-inf`` (the FlashAttention-3 ``Check_inf`` rule) and is written as 0 (``1/l`` with
-  ``l == 0`` is replaced by 0). Scores of ``+inf`` or NaN are not supported.
+* A band mask ``lo <= i - j <= hi`` (causal, sliding window): key tiles a query block never
+  sees are not visited, tiles partly outside get the mask per score (``-inf``).
+* The running max starts from a true ``-inf`` and scores stay fp32: very negative rows
+  (-1e6 and below) give the true softmax, huge ones (~1e12) too.
+* A **fully masked row** (every score ``-inf``) is written as **NaN**: the float64
+  reference's ``0 / 0`` (:func:`superopt.ir.semantics.evaluate`; ``relative_error`` compares
+  NaN patterns explicitly). Scores of ``+inf`` or NaN are not supported.
+* Grouped-query attention: query head ``b`` reads K/V head ``b // kv_group``; split-KV
+  partials are combined in fp32 by a second kernel.
 
 Schedules (``AttentionConfig.schedule``):
 
@@ -65,11 +66,13 @@ Feature sizes that are not a multiple of 16 are padded to one in shared memory a
 registers (the padded columns load as zeros, so ``QK^T`` is exact; padded ``V`` columns give
 accumulator columns that are never stored: O is then written straight from registers).
 
-The attention family's modules: :mod:`.attention_spec` (spec, config, tile layout),
-:mod:`.attention_space` (resource models, cost model, configuration space),
-:mod:`.attention_online_softmax` (the softmax update and the final normalisation both
-schedules write), :mod:`.attention_ws_schedule` (the ``"ws"`` body) and this one (the
-builder, the signature and the ``"pipelined"`` body).
+The attention family's modules: :mod:`.attention_spec` (spec, config, tile layout, views,
+grid, launch plans), :mod:`.attention_space` (resource models, cost model, configuration
+space), :mod:`.attention_blocks` (the grid, block positions and the key-tile range masks and
+splits leave), :mod:`.attention_online_softmax` (the score prologue, mask, softmax update
+and the final normalisation both schedules write), :mod:`.attention_ws_schedule` (the
+``"ws"`` body) and this one (the builders, the signatures, the ``"pipelined"`` body and the
+split-KV combine).
 
 Owns: the attention source text. Everything TileLang-specific stays in the generated text;
 this module imports nothing from TileLang (lowering goes through :mod:`superopt.lower.tl`)
@@ -80,29 +83,41 @@ from __future__ import annotations
 
 from ...errors import LoweringError
 from ..emit import Lines
-from .attention_online_softmax import write_normalise_and_store, write_softmax_update
+from .attention_blocks import write_kernel_header
+from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, write_mask,
+                                       write_normalise_and_store, write_partial_store,
+                                       write_score_prologue, write_softmax_update)
 from .attention_space import SMEM_LIMIT_BYTES, attention_smem_bytes
-from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim
+from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout
 from .attention_ws_schedule import write_ws_body
 from .tiling import ceil_div
 
+#: Query rows per block of the split-KV combine kernel.
+COMBINE_ROWS = 64
+
 
 def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
-    """Source text of ``def build_<spec.name>():`` returning the kernel's ``T.prim_func``.
+    """Source text of ``def build_<spec.name>():`` returning the kernel's ``T.prim_func``
+    (and, with split-KV, of ``def build_<spec.name>_combine():``).
 
-    The text is one top-level function; the module holding it must start with
-    ``import tilelang`` and ``import tilelang.language as T``. Sizes, dtype, the folded
-    scale and the schedule are baked in. The prim_func (named ``spec.name``) takes
-    ``Q[batch, tq, dqk]``, ``K[batch, tkv, dqk]``, ``V[batch, tkv, dv]`` (inputs) and
-    ``O[batch, tq, dv]`` (output, fully overwritten), all of ``spec.dtype``. Grid:
-    ``(ceil(tq / block_m), batch)``; block: ``cfg.threads`` (``"pipelined"``: plus
-    TileLang's 128-thread producer warpgroup).
+    The text is top-level functions; the module holding it must start with ``import
+    tilelang`` and ``import tilelang.language as T``. Sizes, dtype, the folded scale, the
+    mask and the schedule are baked in. The prim_func (named ``spec.name``) takes
+    ``Q[batch, tq, dqk]``, ``K[kv_batch, tkv, dqk]``, ``V[kv_batch, tkv, dv]`` (inputs) and
+    ``O[batch, tq, dv]`` (output, fully overwritten), all of ``spec.dtype``; with
+    ``cfg.pack_gqa`` Q and O are viewed ``[kv_batch, kv_group * tq, d]``. With
+    ``cfg.splits > 1`` it writes the fp32 scratch ``O_part[splits, b, rows, dv]``,
+    ``M_part``/``A_part[splits, b, rows]`` instead of O, and ``<name>_combine(O_part,
+    M_part, A_part, O)`` writes O (:mod:`.attention_launch` declares the two launches).
+    Grid: ``(ceil(rows / block_m), b[, splits])``, the batch folded into x past grid y's
+    limit; block: ``cfg.threads`` (``"pipelined"``: plus TileLang's producer warpgroup).
 
     Raises:
         LoweringError: when ``cfg`` cannot run ``spec`` (shared memory over
             :data:`~.attention_space.SMEM_LIMIT_BYTES`, ``"ws"`` with a head dim that is not
-            a multiple of 8 or over 256).
+            a multiple of 8 or over 256, a grid over the hardware's limits).
     """
+    cfg = cfg.for_spec(spec)
     if attention_smem_bytes(spec, cfg) > SMEM_LIMIT_BYTES:
         raise LoweringError(
             f"{cfg.label()} needs {attention_smem_bytes(spec, cfg)} B of shared memory for "
@@ -115,19 +130,26 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
         if padded_dim(spec.dqk) > 256 or padded_dim(spec.dv) > 256:
             raise LoweringError("schedule 'ws' supports dqk, dv <= 256")
     dt = spec.dtype
+    lay = q_layout(spec, cfg)
     e = Lines()
     e(f"def build_{spec.name}():")
     with e.indent():
         e(f'"""Attention {spec.batch}x{spec.tq}x{spec.tkv}, dqk={spec.dqk}, dv={spec.dv}, {dt}, '
-          f'scale={spec.scale!r}, exp2={spec.use_exp2}; schedule {cfg.label()}."""')
+          f'scale={spec.scale!r}, exp2={spec.use_exp2}{_extras(spec)}; schedule {cfg.label()}."""')
         e()
         e("@T.prim_func")
         e(f"def {spec.name}(")
         with e.indent():
-            e(f'Q: T.Tensor(({spec.batch}, {spec.tq}, {spec.dqk}), "{dt}"),')
-            e(f'K: T.Tensor(({spec.batch}, {spec.tkv}, {spec.dqk}), "{dt}"),')
-            e(f'V: T.Tensor(({spec.batch}, {spec.tkv}, {spec.dv}), "{dt}"),')
-            e(f'O: T.Tensor(({spec.batch}, {spec.tq}, {spec.dv}), "{dt}"),')
+            e(f'Q: T.Tensor(({lay.batch}, {lay.rows}, {spec.dqk}), "{dt}"),')
+            e(f'K: T.Tensor(({spec.kv_batch}, {spec.tkv}, {spec.dqk}), "{dt}"),')
+            e(f'V: T.Tensor(({spec.kv_batch}, {spec.tkv}, {spec.dv}), "{dt}"),')
+            if cfg.splits > 1:
+                sh = f"{cfg.splits}, {lay.batch}, {lay.rows}"
+                e(f'O_part: T.Tensor(({sh}, {spec.dv}), "float32"),')
+                e(f'M_part: T.Tensor(({sh}), "float32"),')
+                e(f'A_part: T.Tensor(({sh}), "float32"),')
+            else:
+                e(f'O: T.Tensor(({lay.batch}, {lay.rows}, {spec.dv}), "{dt}"),')
         e("):")
         with e.indent():
             if cfg.fast_math:
@@ -138,7 +160,23 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
                 _write_pipelined_body(e, spec, cfg)
         e()
         e(f"return {spec.name}")
+    if cfg.splits > 1:
+        e()
+        e()
+        _write_combine(e, spec, cfg)
     return e.text()
+
+
+def _extras(spec: AttentionSpec) -> str:
+    """The docstring's note of GQA, mask and score prologue (empty for plain attention)."""
+    out = ""
+    if spec.kv_group > 1:
+        out += f", kv_group={spec.kv_group}"
+    if spec.masked:
+        out += f", mask {spec.mask_lo} <= i - j <= {spec.mask_hi}"
+    if spec.score_expr is not None:
+        out += ", score prologue"
+    return out
 
 
 def _write_pipelined_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
@@ -147,45 +185,124 @@ def _write_pipelined_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -
     dt = spec.dtype
     bm, bn = cfg.block_m, cfg.block_n
     dq, dv = padded_dim(spec.dqk), padded_dim(spec.dv)
-    nk = ceil_div(spec.tkv, bn)
-    masked = spec.tkv % bn != 0
-    rows = f"bx * {bm}:(bx + 1) * {bm}"
-    keys = f"k * {bn}:(k + 1) * {bn}"
+    split = cfg.splits > 1
+    blk = write_kernel_header(e, spec, cfg, cfg.threads)
+    rows = f"{blk.r0}:({blk.qb} + 1) * {bm}"
+    kt = blk.tile("k")
+    keys = f"{kt} * {bn}:({kt} + 1) * {bn}"
     qsrc = f"Q[bz, {rows}, :]" if dq == spec.dqk else f"Q[bz, {rows}, 0:{dq}]"
-    ksrc = f"K[bz, {keys}, :]" if dq == spec.dqk else f"K[bz, {keys}, 0:{dq}]"
-    vsrc = f"V[bz, {keys}, :]" if dv == spec.dv else f"V[bz, {keys}, 0:{dv}]"
-    o_buf = o_staging(spec)
-    e(f"with T.Kernel({ceil_div(spec.tq, bm)}, {spec.batch}, threads={cfg.threads}) as (bx, bz):")
+    ksrc = f"K[{blk.kvz}, {keys}, :]" if dq == spec.dqk else f"K[{blk.kvz}, {keys}, 0:{dq}]"
+    vsrc = f"V[{blk.kvz}, {keys}, :]" if dv == spec.dv else f"V[{blk.kvz}, {keys}, 0:{dv}]"
+    o_buf = None if split else o_staging(spec)
+    e(f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
+    e(f'K_s = T.alloc_shared(({bn}, {dq}), "{dt}")')
+    e(f'V_s = T.alloc_shared(({bn}, {dv}), "{dt}")')
+    if o_buf == "O_s":
+        e(f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
+    e(f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
+    e(f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
+    e(f'acc_o = T.alloc_fragment(({bm}, {dv}), "float32")')
+    for name in ROW_STATE + ROW_STATE_STEADY:
+        e(f'{name} = T.alloc_fragment(({bm},), "float32")')
+    e('slow = T.alloc_var("int32")')
+    e(f"T.copy({qsrc}, Q_s)")
+    e("T.fill(acc_o, 0.0)")
+    e("T.fill(l, 0.0)")
+    e("T.fill(dev, 0.0)")
+    e('T.fill(m, -T.infinity("float32"))')
+    e(f"for k in T.Pipelined({blk.count}, num_stages={cfg.stages}):")
     with e.indent():
-        e(f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
-        e(f'K_s = T.alloc_shared(({bn}, {dq}), "{dt}")')
-        e(f'V_s = T.alloc_shared(({bn}, {dv}), "{dt}")')
-        if o_buf == "O_s":
-            e(f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
-        e(f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
-        e(f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
-        e(f'acc_o = T.alloc_fragment(({bm}, {dv}), "float32")')
-        for name in ("m", "msc", "msc_prev", "alpha", "rsum", "l", "rinv"):
-            e(f'{name} = T.alloc_fragment(({bm},), "float32")')
-        e(f"T.copy({qsrc}, Q_s)")
-        e("T.fill(acc_o, 0.0)")
-        e("T.fill(l, 0.0)")
-        e('T.fill(m, -T.infinity("float32"))')
-        e('T.fill(msc, -T.infinity("float32"))')
-        e(f"for k in T.Pipelined({nk}, num_stages={cfg.stages}):")
+        e(f"T.copy({ksrc}, K_s)")
+        e("T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, "
+          "policy=T.GemmWarpPolicy.FullRow)")
+        write_score_prologue(e, spec, cfg, blk.qpos(spec), blk.kpos(kt, bn))
+        keep = blk.keep(spec, cfg, kt)
+        if keep is not None:
+            write_mask(e, cfg, keep, blk.partial(spec, cfg, kt))
+        write_softmax_update(e, spec, cfg, first=False)
+        e(f"for i in T.Parallel({bm}):")
         with e.indent():
-            e(f"T.copy({ksrc}, K_s)")
-            e("T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, "
-              "policy=T.GemmWarpPolicy.FullRow)")
-            write_softmax_update(e, spec, cfg, first=False, mask_tile="k" if masked else None,
-                                 mask_guard=None)
-            e(f"for i in T.Parallel({bm}):")
+            e("l[i] = l[i] * alpha[i] + rsum[i]")
+        e("T.copy(acc_s, acc_p)")
+        e(f"for i, j in T.Parallel({bm}, {dv}):")
+        with e.indent():
+            e("acc_o[i, j] = acc_o[i, j] * alpha[i]")
+        e(f"T.copy({vsrc}, V_s)")
+        e("T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)")
+    if split:
+        write_partial_store(e, spec, cfg, z=blk.z, bz="bz", r0=blk.r0, rows=blk.lay.rows)
+    else:
+        write_normalise_and_store(e, spec, cfg, o_buf, f"O[bz, {rows}, :]")
+    e.dedent()
+
+
+def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
+    """Write ``def build_<name>_combine():``: the split-KV combine of the partials::
+
+        M = max_z m_z;  w_z = 2^((m_z - M) c + a_z)   (0 for a split that saw no key)
+        O = sum_z w_z O_z / sum_z w_z                 (NaN when every split was empty)
+
+    ``a_z = D_z + log2(l_z)`` carries the partial's row sum in the exponent its ``O_z`` was
+    normalised from (:func:`~.attention_online_softmax.write_partial_store`), so the
+    weights are exact for any finite scores. One block of 128 threads per
+    :data:`COMBINE_ROWS` rows of one batch index."""
+    lay = q_layout(spec, cfg)
+    dt, dv, sp = spec.dtype, spec.dv, cfg.splits
+    br = COMBINE_ROWS
+    c = repr(float(spec.score_factor))
+    exp = "T.exp2" if spec.use_exp2 else "T.exp"
+    name = f"{spec.name}_combine"
+    sh = f"{sp}, {lay.batch}, {lay.rows}"
+    e(f"def build_{name}():")
+    with e.indent():
+        e(f'"""Split-KV combine of {sp} partials for {spec.name}."""')
+        e()
+        e("@T.prim_func")
+        e(f"def {name}(")
+        with e.indent():
+            e(f'O_part: T.Tensor(({sh}, {dv}), "float32"),')
+            e(f'M_part: T.Tensor(({sh}), "float32"),')
+            e(f'A_part: T.Tensor(({sh}), "float32"),')
+            e(f'O: T.Tensor(({lay.batch}, {lay.rows}, {dv}), "{dt}"),')
+        e("):")
+        with e.indent():
+            if cfg.fast_math:
+                e('T.annotate_pass_configs({"tl.enable_fast_math": True})')
+            e(f"with T.Kernel({ceil_div(lay.rows, br)}, {lay.batch}, threads=128) as (bx, bz):")
             with e.indent():
-                e("l[i] = l[i] * alpha[i] + rsum[i]")
-            e("T.copy(acc_s, acc_p)")
-            e(f"for i, j in T.Parallel({bm}, {dv}):")
-            with e.indent():
-                e("acc_o[i, j] = acc_o[i, j] * alpha[i]")
-            e(f"T.copy({vsrc}, V_s)")
-            e("T.gemm(acc_p, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)")
-        write_normalise_and_store(e, spec, cfg, o_buf)
+                e(f'mx = T.alloc_fragment(({br},), "float32")')
+                e(f'w = T.alloc_fragment(({br},), "float32")')
+                e(f'den = T.alloc_fragment(({br},), "float32")')
+                e(f'acc = T.alloc_fragment(({br}, {dv}), "float32")')
+                e('T.fill(mx, -T.infinity("float32"))')
+                e("T.fill(den, 0.0)")
+                e("T.fill(acc, 0.0)")
+                r = f"T.min(bx * {br} + i, {lay.rows - 1})"
+                e(f"for z in T.serial({sp}):")
+                with e.indent():
+                    e(f"for i in T.Parallel({br}):")
+                    with e.indent():
+                        e(f"mx[i] = T.max(mx[i], M_part[z, bz, {r}])")
+                e(f"for i in T.Parallel({br}):")
+                with e.indent():
+                    e('mx[i] = T.if_then_else(mx[i] == -T.infinity("float32"), 0.0, mx[i])')
+                e(f"for z in T.serial({sp}):")
+                with e.indent():
+                    e(f"for i in T.Parallel({br}):")
+                    with e.indent():
+                        e(f"w[i] = {exp}(T.fma(M_part[z, bz, {r}] - mx[i], {c}, "
+                          f"A_part[z, bz, {r}]))")
+                        e("den[i] = den[i] + w[i]")
+                    e(f"for i, j in T.Parallel({br}, {dv}):")
+                    with e.indent():
+                        e(f"acc[i, j] = acc[i, j] + T.if_then_else(w[i] > 0.0, "
+                          f"w[i] * O_part[z, bz, {r}, j], 0.0)")
+                e(f"for i in T.Parallel({br}):")
+                with e.indent():
+                    e('w[i] = T.if_then_else(den[i] > 0.0, 1.0 / den[i], T.infinity("float32"))')
+                e(f"for i, j in T.Parallel({br}, {dv}):")
+                with e.indent():
+                    e("acc[i, j] = acc[i, j] * w[i]")
+                e(f"T.copy(acc, O[bz, bx * {br}:(bx + 1) * {br}, :])")
+        e()
+        e(f"return {name}")

@@ -1,21 +1,56 @@
-"""The online-softmax steps both attention schedules write: the update of one key tile and
-the final normalisation and store of O.
+"""The online-softmax steps both attention schedules write: the score prologue and mask of
+one key tile, the online update, and the final normalisation and store of O (or of a
+split-KV partial).
 
 Online softmax (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023, Algorithm 1), on
-fragments, with ``c`` = :attr:`~.attention_spec.AttentionSpec.score_factor`::
+fp32 fragments, with ``c`` = :attr:`~.attention_spec.AttentionSpec.score_factor`. Per row the
+kernel keeps the running max ``m`` of the raw scores (from a true ``-inf``: no finite
+sentinel), and the exponent ``E`` the row's ``acc`` and ``l`` are relative to
+(``acc = sum_j 2^(c s_j - E) V_j``)::
 
-    m_new = max(m, rowmax(S_j));  alpha = exp(c * m - c * m_new)
-    P_j   = exp(c * S_j - c * m_new);  l = alpha * l + rowsum(P_j)
-    O     = acc * (1 / l)              # 0 where l == 0 (FlashAttention-3 ``Check_inf``)
+    m_new = max(m, rowmax(S_j));  mr = (m_new == -inf) ? 0 : m_new
+    R = fp32(mr * c);  D = (|R| < 2^24) ? R - mr * c (exact, one fma) : 0;  E = mr * c + D
+    alpha = 2^((m - mr) * c + (D_old - D))          # 0 while the row had no key: m = -inf
+    P_j = 2^(fma(s, c, -R))          if |R| < 2^24   (one FFMA: the scale folded in)
+        = 2^((s - mr) * c)           otherwise       (exact for any finite score)
+    l = alpha * l + rowsum(P_j);  acc = alpha * acc + P_j V_j;  O = acc / l
 
-Owns: these two pieces of kernel text. Imports the spec module and the emitter; must not
-import a schedule's body or the configuration space.
+``R`` is ``mr * c`` rounded, off by ``|D| <= ulp(R) / 2``: a common factor ``2^-D`` of the
+row that cancels in ``acc / l`` while ``|R| < 2^24`` (``|D| <= 0.5``). For larger ``|R|`` (raw
+scores beyond about 1.2e7 at c = log2 e, e.g. bf16 inputs whose scores are ~1e12) no fp32
+offset is close enough for the one-FFMA form (``2^D`` overflows to inf or flushes the row to
+0), so rows there take the two-operation form; a thread branches to it only when one of its
+rows needs it, so ordinary inputs run the FFMA form alone.
+
+Conventions:
+
+* Masked scores (the band mask, keys past ``t_kv``) are ``-inf`` before the row max, so they
+  contribute exactly 0.
+* A **fully masked row** (every score ``-inf``) keeps ``m = -inf``, ``l = 0`` and ``acc = 0``;
+  ``O = acc * (1 / l)`` with ``1 / 0 = inf`` gives ``0 * inf = NaN``: the float64 reference's
+  value (``exp(-inf) / sum = 0 / 0``; :func:`superopt.ir.semantics.evaluate`). A split-KV
+  partial of no key stores ``O = 0`` and statistics ``(m, a) = (-inf, -inf)``, so it weighs 0
+  in the combine, which gives NaN only when every split of the row was empty.
+* Very negative rows (every score about -1e6 or below): the max subtraction keeps the max at
+  ``2^0``; nothing is zeroed by a finite sentinel.
+* Scores of ``+inf`` or NaN (an fp32 overflow of ``Q K^T``, possible only for bf16 inputs
+  beyond ~1e17) are not supported: such rows come out NaN.
+
+Owns: these pieces of kernel text. Imports the spec module and the emitter; must not import
+a schedule's body or the configuration space.
 """
 
 from __future__ import annotations
 
 from ..emit import Lines
-from .attention_spec import AttentionConfig, AttentionSpec, padded_dim
+from .attention_spec import KPOS, QPOS, SCORE, AttentionConfig, AttentionSpec, padded_dim
+
+#: Above this ``|mr * c|`` a row takes the exact two-operation exponent (see above).
+FFMA_LIMIT = 16777216.0  # 2^24
+NEG_INF = '-T.infinity("float32")'
+#: The row-state fragments the update uses (``first``-tile kernels need fewer).
+ROW_STATE = ("m", "mr", "msc", "dev", "l", "rinv")
+ROW_STATE_STEADY = ("m_prev", "dev_prev", "alpha", "rsum")
 
 
 def _lit(x: float) -> str:
@@ -26,47 +61,84 @@ def _exp(spec: AttentionSpec, arg: str) -> str:
     return f"T.exp2({arg})" if spec.use_exp2 else f"T.exp({arg})"
 
 
-def write_softmax_update(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, first: bool,
-                         mask_tile: str | None, mask_guard: str | None) -> None:
-    """Write the online-softmax update of one key tile on the fp32 score fragment ``acc_s``.
+def _log(spec: AttentionSpec, arg: str) -> str:
+    return f"T.log2({arg})" if spec.use_exp2 else f"T.log({arg})"
 
-    ``first``: the state is fresh (no ``alpha``; ``l`` is set, not updated).
-    ``mask_tile``: the key-tile index expression when padded keys must be masked (their
-    scores become ``-inf``); ``mask_guard``: an optional condition under which the mask
-    applies. Leaves probabilities in ``acc_s``, ``alpha`` (unless first), the new ``m`` and
-    ``msc = c * m`` (0 for a row with no finite score), and the tile's row sums in ``l``
-    (first) or ``rsum``. Updating ``l`` and rescaling ``acc_o`` by ``alpha`` are left to
-    the caller.
+
+def write_score_prologue(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, qpos: str,
+                         kpos: str) -> None:
+    """Apply :attr:`~.attention_spec.AttentionSpec.score_expr` (if any) to every score of
+    ``acc_s``; ``qpos``/``kpos`` are the position texts of row ``i`` and column ``j``."""
+    if spec.score_expr is None:
+        return
+    text = (spec.score_expr.replace(SCORE, "acc_s[i, j]").replace(QPOS, qpos)
+            .replace(KPOS, kpos))
+    e(f"for i, j in T.Parallel({cfg.block_m}, {cfg.block_n}):")
+    with e.indent():
+        e(f"acc_s[i, j] = {text}")
+
+
+def write_mask(e: Lines, cfg: AttentionConfig, keep: str, guard: str | None) -> None:
+    """Set the scores of ``acc_s`` where ``keep`` is false to ``-inf``, under the uniform
+    condition ``guard`` (e.g. "this tile is partially masked") when given."""
+    if guard is not None:
+        e(f"if {guard}:")
+        e.indent()
+    e(f"for i, j in T.Parallel({cfg.block_m}, {cfg.block_n}):")
+    with e.indent():
+        e(f"acc_s[i, j] = T.if_then_else({keep}, acc_s[i, j], {NEG_INF})")
+    if guard is not None:
+        e.dedent()
+
+
+def write_softmax_update(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *,
+                         first: bool) -> None:
+    """Write the online-softmax update of one key tile on the fp32 score fragment ``acc_s``
+    (masked already): the module docstring's recurrence.
+
+    ``first``: the state is fresh (``acc`` and ``l`` are 0, so no ``alpha``; ``l`` is set).
+    Leaves the probabilities in ``acc_s``, ``alpha`` (unless first), the new ``m``, ``mr``,
+    ``msc`` (= R), ``dev`` (= D), and the tile's row sums in ``l`` (first) or ``rsum``; the
+    caller updates ``l`` and rescales ``acc_o`` by ``alpha``. Needs the int32 local ``slow``.
     """
     bm, bn = cfg.block_m, cfg.block_n
     c = _lit(spec.score_factor)
-
-    def mask() -> None:
-        e(f"for i, j in T.Parallel({bm}, {bn}):")
-        with e.indent():
-            e(f"acc_s[i, j] = T.if_then_else({mask_tile} * {bn} + j < {spec.tkv}, acc_s[i, j], "
-              f'-T.infinity("float32"))')
-
-    if mask_tile is not None:
-        if mask_guard is not None:
-            e(f"if {mask_guard}:")
-            with e.indent():
-                mask()
-        else:
-            mask()
     if not first:
-        e("T.copy(msc, msc_prev)")
+        e("T.copy(m, m_prev)")
+        e("T.copy(dev, dev_prev)")
     e("T.reduce_max(acc_s, m, dim=1, clear=False)")
     e(f"for i in T.Parallel({bm}):")
     with e.indent():
-        e(f'msc[i] = T.if_then_else(m[i] == -T.infinity("float32"), 0.0, m[i] * {c})')
+        e(f"mr[i] = T.if_then_else(m[i] == {NEG_INF}, 0.0, m[i])")
+    e(f"for i in T.Parallel({bm}):")
+    with e.indent():
+        e(f"msc[i] = mr[i] * {c}")
+    e(f"for i in T.Parallel({bm}):")
+    with e.indent():
+        e(f"dev[i] = T.if_then_else(T.abs(msc[i]) < {FFMA_LIMIT!r}, "
+          f"T.fma(mr[i], {_lit(-spec.score_factor)}, msc[i]), 0.0)")
     if not first:
         e(f"for i in T.Parallel({bm}):")
         with e.indent():
-            e(f"alpha[i] = {_exp(spec, 'msc_prev[i] - msc[i]')}")
-    e(f"for i, j in T.Parallel({bm}, {bn}):")
+            e(f"alpha[i] = {_exp(spec, f'T.fma(m_prev[i] - mr[i], {c}, dev_prev[i] - dev[i])')}")
+    e("slow = 0")
+    e(f"for i in T.Parallel({bm}):")
     with e.indent():
-        e(f"acc_s[i, j] = {_exp(spec, f'acc_s[i, j] * {c} - msc[i]')}")
+        e(f"if T.abs(msc[i]) >= {FFMA_LIMIT!r}:")
+        with e.indent():
+            e("slow = 1")
+    e("if slow == 0:")
+    with e.indent():
+        e(f"for i, j in T.Parallel({bm}, {bn}):")
+        with e.indent():
+            e(f"acc_s[i, j] = {_exp(spec, f'acc_s[i, j] * {c} - msc[i]')}")
+    e("else:")
+    with e.indent():
+        e(f"for i, j in T.Parallel({bm}, {bn}):")
+        with e.indent():
+            arg = (f"T.if_then_else(T.abs(msc[i]) < {FFMA_LIMIT!r}, acc_s[i, j] * {c} - msc[i], "
+                   f"(acc_s[i, j] - mr[i]) * {c})")
+            e(f"acc_s[i, j] = {_exp(spec, arg)}")
     if first:
         e("T.reduce_sum(acc_s, l, dim=1)")
     else:
@@ -74,10 +146,36 @@ def write_softmax_update(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *,
 
 
 def write_normalise_and_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
-                              o_buf: str | None) -> None:
-    """Write ``O = acc_o * (1 / l)`` (0 where ``l == 0``) and its store to ``O``: staged
-    through the shared tile ``o_buf`` (see :func:`~.attention_spec.o_staging`) and one TMA
-    store that clips rows past ``t_q``, or with ``o_buf`` None straight from registers."""
+                              o_buf: str | None, o_dst: str) -> None:
+    """Write ``O = acc_o * (1 / l)`` (NaN for a fully masked row: ``l == 0``) and its store
+    to the ``O`` region ``o_dst`` (e.g. ``O[bz, r0:r0 + bm, :]``): staged through the shared
+    tile ``o_buf`` (see :func:`~.attention_spec.o_staging`) and one TMA store that clips rows
+    past the end, or with ``o_buf`` None straight from registers."""
+    bm = cfg.block_m
+    dv = padded_dim(spec.dv)
+    e(f"for i in T.Parallel({bm}):")
+    with e.indent():
+        e('rinv[i] = T.if_then_else(l[i] > 0.0, 1.0 / l[i], T.infinity("float32"))')
+    e(f"for i, j in T.Parallel({bm}, {dv}):")
+    with e.indent():
+        e("acc_o[i, j] = acc_o[i, j] * rinv[i]")
+    if o_buf is not None:
+        # Stage through shared memory: swizzled stmatrix stores, then one TMA store
+        # (which clips rows past the end).
+        e(f"T.copy(acc_o, {o_buf})")
+        e(f"T.copy({o_buf}, {o_dst})")
+    else:
+        # Padded value dim: a sub-tile of a swizzled shared tile fails TileLang's layout
+        # composition, so store the real columns straight from the fragment.
+        e(f"T.copy(acc_o[:, 0:{spec.dv}], {o_dst})")
+
+
+def write_partial_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, z: str,
+                        bz: str, r0: str, rows: int) -> None:
+    """Split-KV: store this split's normalised partial ``acc_o / l`` (0 for a split that saw
+    no key) to ``O_part[z, bz, r0 + i, :]`` and its row statistics ``m`` and
+    ``a = D + log2(l)`` (``-inf`` for no key) to ``M_part`` / ``A_part`` (all fp32), rows
+    past ``rows`` skipped."""
     bm = cfg.block_m
     dv = padded_dim(spec.dv)
     e(f"for i in T.Parallel({bm}):")
@@ -86,12 +184,11 @@ def write_normalise_and_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfi
     e(f"for i, j in T.Parallel({bm}, {dv}):")
     with e.indent():
         e("acc_o[i, j] = acc_o[i, j] * rinv[i]")
-    if o_buf is not None:
-        # Stage through shared memory: swizzled stmatrix stores, then one TMA store
-        # (which clips rows past t_q).
-        e(f"T.copy(acc_o, {o_buf})")
-        e(f"T.copy({o_buf}, O[bz, bx * {bm}:(bx + 1) * {bm}, :])")
-    else:
-        # Padded value dim: a sub-tile of a swizzled shared tile fails TileLang's layout
-        # composition, so store the real columns straight from the fragment.
-        e(f"T.copy(acc_o[:, 0:{spec.dv}], O[bz, bx * {bm}:(bx + 1) * {bm}, :])")
+    e(f"T.copy(acc_o[:, 0:{spec.dv}], O_part[{z}, {bz}, {r0}:{r0} + {bm}, :])")
+    e(f"for i in T.Parallel({bm}):")
+    with e.indent():
+        e(f"if {r0} + i < {rows}:")
+        with e.indent():
+            e(f"M_part[{z}, {bz}, {r0} + i] = m[i]")
+            e(f"A_part[{z}, {bz}, {r0} + i] = T.if_then_else(l[i] > 0.0, "
+              f"dev[i] + {_log(spec, 'l[i]')}, {NEG_INF})")

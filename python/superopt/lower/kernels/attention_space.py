@@ -17,10 +17,11 @@ target and the dtypes; must not import a source writer.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ...dtypes import itemsize
 from ..target import HOPPER
-from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim
+from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout
 from .tiling import ceil_div, round_up
 
 #: Dynamic shared memory one block may use on sm_90 (227 KiB; :mod:`..target`).
@@ -48,7 +49,8 @@ def attention_smem_bytes(spec: AttentionSpec, cfg: AttentionConfig) -> int:
     k = round_up(cfg.block_n * dq * esize, 1024)
     v = round_up(cfg.block_n * dv * esize, 1024)
     if cfg.schedule == "ws":
-        return q + cfg.stages * (k + v) + (o if o_staging(spec) == "O_s" else 0)
+        staged = o_staging(spec) == "O_s" and cfg.splits == 1
+        return q + cfg.stages * (k + v) + (o if staged else 0)
     versions = max(cfg.stages, 2)
     return max(q, o) + versions * (k + v)
 
@@ -91,17 +93,52 @@ def _blocks_per_sm(spec: AttentionSpec, cfg: AttentionConfig) -> int:
     return 1
 
 
-def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
-    """A cheap relative cost (arbitrary units, lower is better) used to order configs.
+def visited_tiles(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Key tiles all blocks of one batch index visit (at least one each, as the kernel
+    runs), over the mask's tile ranges and the splits (:mod:`.attention_blocks`)."""
+    lay = q_layout(spec, cfg)
+    bm, bn = cfg.block_m, cfg.block_n
+    nk = ceil_div(spec.tkv, bn)
+    per = ceil_div(nk, cfg.splits)
+    total = 0
+    for qb in range(ceil_div(lay.rows, bm)):
+        r0, r1 = qb * bm, min(qb * bm + bm - 1, lay.rows - 1)
+        if not lay.packed:
+            qlo, qhi = r0, r1
+        elif r0 // spec.tq == r1 // spec.tq:
+            qlo, qhi = r0 % spec.tq, r1 % spec.tq
+        else:
+            qlo, qhi = 0, spec.tq - 1
+        lo = 0 if spec.mask_hi is None else max(0, (qlo - spec.mask_hi) // bn)
+        hi = nk if spec.mask_lo is None else min(nk, (qhi - spec.mask_lo) // bn + 1)
+        for z in range(cfg.splits):
+            total += max(1, min(hi, z * per + per) - max(lo, z * per))
+    return total
 
-    Tensor-core time of the padded work divided by a per-schedule efficiency (from the
-    H200 measurements in TILELANG.md and the FlashAttention-3 paper), times the wave
-    quantisation factor, plus a per-key-tile overhead (barriers, O rescale).
+
+#: FLOP-equivalents (the cost's unit, half-FLOPs) of one byte moved from DRAM at the model
+#: rates, and of one launch.
+_BYTE = HOPPER.model_tflops / HOPPER.model_tb_per_s / 2
+_LAUNCH = HOPPER.launch_us * 1e-6 * HOPPER.model_tflops * 1e12 / 2
+
+
+def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
+    """A cheap relative cost (half-FLOP units, lower is better) used to order configs.
+
+    Tensor-core time of the padded work on the key tiles the blocks visit divided by a
+    per-schedule efficiency (from the H200 measurements in TILELANG.md and the
+    FlashAttention-3 paper), or the K/V traffic from L2 (twice DRAM's rate; once per block,
+    so packed GQA reads it once per group), whichever is larger, times the wave quantisation
+    factor, plus a per-key-tile overhead (barriers, O rescale); split-KV adds its partials'
+    traffic and the combine launch.
     """
+    cfg = cfg.for_spec(spec)
+    lay = q_layout(spec, cfg)
     dq, dv = padded_dim(spec.dqk), padded_dim(spec.dv)
-    m_tiles = ceil_div(spec.tq, cfg.block_m)
-    n_tiles = ceil_div(spec.tkv, cfg.block_n)
-    work = spec.batch * m_tiles * cfg.block_m * n_tiles * cfg.block_n * (dq + dv)
+    m_tiles = ceil_div(lay.rows, cfg.block_m)
+    tiles = visited_tiles(spec, cfg) * lay.batch
+    work = tiles * cfg.block_m * cfg.block_n * (dq + dv)
+    kv_bytes = tiles * cfg.block_n * (dq + dv) * itemsize(spec.dtype)
     if cfg.schedule == "ws":
         eff = 0.80 if cfg.pingpong and cfg.consumer_warpgroups >= 2 else 0.72
         if cfg.consumer_warpgroups == 3:
@@ -112,12 +149,16 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
         eff = 0.60 if cfg.threads == 256 and cfg.stages >= 2 else 0.40
     if _blocks_per_sm(spec, cfg) > 1:
         eff += 0.04  # two co-resident blocks overlap each other's softmax and GEMMs
-    ctas = spec.batch * m_tiles
+    ctas = lay.batch * m_tiles * cfg.splits
     # The busiest SM runs ceil(ctas / NUM_SMS) blocks; time follows it, so an underfilled
     # or ragged last wave costs as much as a full one.
     wave_factor = ceil_div(ctas, NUM_SMS) * NUM_SMS / ctas
-    per_tile = spec.batch * m_tiles * n_tiles * cfg.block_m * dv * 24.0  # O rescale + sync
-    return (work / eff + per_tile) * wave_factor
+    per_tile = tiles * cfg.block_m * dv * 24.0  # O rescale + sync
+    cost = (max(work / eff, kv_bytes * _BYTE / 2) + per_tile) * wave_factor
+    if cfg.splits > 1:
+        partial_bytes = cfg.splits * lay.batch * lay.rows * (dv + 2) * 4 * 2
+        cost += partial_bytes * _BYTE + _LAUNCH
+    return cost
 
 
 def _fits(spec: AttentionSpec, cfg: AttentionConfig) -> bool:
@@ -161,22 +202,45 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
         (64, 128, 2, False, True),
     ]
     for bm, bn, st, pp, early in ws_shapes:
-        cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st,
-                                     threads=128 * (bm // 64 + 1), schedule="ws", pingpong=pp,
-                                     early_rescale=early))
+        base = AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=128 * (bm // 64 + 1),
+                               schedule="ws", pingpong=pp, early_rescale=early)
+        cands.append(base)
+        if (bm, bn, st) == (128, 128, 2) and pp:
+            # FlashAttention-3/4's one-warp producer, beside its four-warp twin (same cost:
+            # tried right after it)
+            cands.append(replace(base, lean_producer=True))
     for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
         cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th,
                                      schedule="pipelined"))
+    if spec.kv_group > 1:
+        # PackGQA: the heads of a K/V group share a block (K/V read once per group)
+        cands += [replace(c, pack_gqa=True) for c in cands]
+    cands += _split_variants(spec, cands)
 
     kept = [c for c in cands if _fits(spec, c)]
     # Drop tiles far larger than the problem (keep the smallest that covers it).
     if spec.tkv <= 64:
         small = [c for c in kept if c.block_n <= 64]
         kept = small or kept
-    if spec.tq <= 64:
+    if spec.tq <= 64 and spec.kv_group == 1:
         small = [c for c in kept if c.block_m <= 64]
         kept = small or kept
     order = {c: i for i, c in enumerate(kept)}
     kept.sort(key=lambda c: (attention_cost(spec, c), order[c]))
     return kept
 
+
+def _split_variants(spec: AttentionSpec, cands: list[AttentionConfig]) -> list[AttentionConfig]:
+    """Split-KV twins of ``cands`` for a grid that leaves SMs idle: ``splits`` doubling
+    while the grid stays within two waves and every split keeps two key tiles or more."""
+    out = []
+    for c in cands:
+        lay = q_layout(spec, c.for_spec(spec))
+        ctas = lay.batch * ceil_div(lay.rows, c.block_m)
+        nk = ceil_div(spec.tkv, c.block_n)
+        sp = 2
+        while ctas * sp <= 2 * NUM_SMS and nk // sp >= 2:
+            if ctas < NUM_SMS:
+                out.append(replace(c, splits=sp))
+            sp *= 2
+    return out

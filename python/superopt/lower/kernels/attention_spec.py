@@ -1,11 +1,15 @@
 """The shape (:class:`AttentionSpec`) and the schedule (:class:`AttentionConfig`) of one
 online-softmax attention kernel, and the tile layout they imply (feature padding, where O
-is staged).
+is staged, the views of Q and O, the grid).
 
-Tensors, with named axes (``b`` = flattened batch x heads, ``q`` = query, ``k`` = key,
-``d`` = query/key feature, ``e`` = value feature)::
+Tensors, with named axes (``b`` = flattened batch x query heads, ``g`` = flattened batch x
+K/V heads = ``b / kv_group``, ``q`` = query, ``k`` = key, ``d`` = query/key feature, ``e`` =
+value feature)::
 
-    Q[b, q, d], K[b, k, d], V[b, k, e] -> O[b, q, e]     one storage dtype (fp16 | bf16)
+    Q[b, q, d], K[g, k, d], V[g, k, e] -> O[b, q, e]     one storage dtype (fp16 | bf16)
+
+Query head ``b`` reads K/V head ``b // kv_group`` (grouped-query attention; 1 = one K/V head
+per query head).
 
 What the kernel computes and how the schedules run are in :mod:`.attention`.
 
@@ -18,15 +22,21 @@ configuration space or a source writer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import LoweringError
 from ...ir.ops import LOG2E
+from ..target import HOPPER
 from .spec_checks import check_dtype
-from .tiling import round_up
+from .tiling import ceil_div, round_up
 
 #: The values of :attr:`AttentionConfig.schedule`.
 SCHEDULES = ("ws", "pipelined")
+#: Most elements one tensor may have: TileLang indexes buffers with int32.
+MAX_ELEMENTS = 2 ** 31 - 1
+#: Placeholders of :attr:`AttentionSpec.score_expr`: the raw score and the query / key
+#: positions (the kernel substitutes its own expressions).
+SCORE, QPOS, KPOS = "__s__", "__qpos__", "__kpos__"
 
 
 @dataclass(frozen=True)
@@ -47,12 +57,20 @@ class AttentionSpec:
             the softmax state are fp32.
         name: name of the generated builder ``build_<name>`` and of the prim_func; must be
             a Python identifier.
+        kv_group: query heads per K/V head (GQA/MQA; 1 = none); divides ``batch``.
+        mask_lo, mask_hi: the band mask ``mask_lo <= i - j <= mask_hi`` between query
+            position ``i`` and key position ``j`` (``None``: unbounded on that side; both
+            None: no mask). Causal aligned at the end is ``mask_lo = tq - tkv``.
+        score_expr: an fp32 expression applied to every raw score before the mask and the
+            softmax (a soft-cap ``c * tanh(s / c)``, ...), in TileLang text over the
+            placeholders :data:`SCORE`, :data:`QPOS` and :data:`KPOS`; None: the identity.
 
-    Tensors are contiguous: ``Q[batch, tq, dqk]``, ``K[batch, tkv, dqk]``,
-    ``V[batch, tkv, dv]``, ``O[batch, tq, dv]``.
+    Tensors are contiguous: ``Q[batch, tq, dqk]``, ``K[batch / kv_group, tkv, dqk]``,
+    ``V[batch / kv_group, tkv, dv]``, ``O[batch, tq, dv]``.
 
     Raises:
-        LoweringError: on a non-positive size, a bad dtype, scale or name.
+        LoweringError: on a non-positive size, a bad dtype, scale, name or group, or a
+            tensor of more than :data:`MAX_ELEMENTS` elements.
     """
 
     batch: int
@@ -64,9 +82,13 @@ class AttentionSpec:
     use_exp2: bool = True
     dtype: str = "float16"
     name: str = "attention"
+    kv_group: int = 1
+    mask_lo: int | None = None
+    mask_hi: int | None = None
+    score_expr: str | None = None
 
     def __post_init__(self) -> None:
-        for axis in ("batch", "tq", "tkv", "dqk", "dv"):
+        for axis in ("batch", "tq", "tkv", "dqk", "dv", "kv_group"):
             value = getattr(self, axis)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LoweringError(f"AttentionSpec.{axis} must be an int >= 1, got {value!r}")
@@ -77,11 +99,42 @@ class AttentionSpec:
         if not self.name.isidentifier():
             raise LoweringError(f"AttentionSpec.name must be a Python identifier, "
                                 f"got {self.name!r}")
+        if self.batch % self.kv_group:
+            raise LoweringError(f"AttentionSpec.kv_group={self.kv_group} does not divide "
+                                f"batch={self.batch}")
+        for side in ("mask_lo", "mask_hi"):
+            v = getattr(self, side)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise LoweringError(f"AttentionSpec.{side} must be an int or None, got {v!r}")
+        if (self.mask_lo is not None and self.mask_hi is not None
+                and self.mask_lo > self.mask_hi):
+            raise LoweringError(f"AttentionSpec mask is empty: lo={self.mask_lo} > "
+                                f"hi={self.mask_hi}")
+        if self.score_expr is not None and SCORE not in self.score_expr:
+            raise LoweringError("AttentionSpec.score_expr must use the raw score "
+                                f"placeholder {SCORE!r}")
+        for what, n in (("Q", self.batch * self.tq * self.dqk),
+                        ("K", self.kv_batch * self.tkv * self.dqk),
+                        ("V", self.kv_batch * self.tkv * self.dv),
+                        ("O", self.batch * self.tq * self.dv)):
+            if n > MAX_ELEMENTS:
+                raise LoweringError(f"attention {what} has {n} elements, over the int32 "
+                                    f"indexing limit {MAX_ELEMENTS}")
 
     @property
     def score_factor(self) -> float:
         """The constant ``c`` multiplying raw scores inside ``exp``/``exp2``."""
         return float(self.scale) * (LOG2E if self.use_exp2 else 1.0)
+
+    @property
+    def kv_batch(self) -> int:
+        """The K/V batch ``g = batch / kv_group``."""
+        return self.batch // self.kv_group
+
+    @property
+    def masked(self) -> bool:
+        """Whether a band mask applies."""
+        return self.mask_lo is not None or self.mask_hi is not None
 
 
 @dataclass(frozen=True)
@@ -107,6 +160,17 @@ class AttentionConfig:
             ALU work overlaps the QK^T GEMM); False rescales after ``PV`` completes.
         fast_math: compile with ``--use_fast_math`` (``ex2.approx.ftz``; requested from
             the kernel with ``T.annotate_pass_configs``, honoured by ``tilelang.compile``).
+        splits: split-KV (flash-decoding): the key tiles of every query block are divided
+            among ``splits`` thread blocks (grid z), each writing a partial O and its row
+            statistics in fp32 scratch, and a second kernel combines them. 1 = one kernel.
+        pack_gqa: with ``kv_group > 1``, one block holds the query rows of all the heads
+            of a K/V group (Q viewed as ``[b / kv_group, kv_group * tq, d]``), so each K/V
+            tile is read once per group instead of once per query head (FlashAttention-3
+            PackGQA; for small ``tq``, e.g. decode). Normalised to False without GQA.
+        lean_producer: ``"ws"`` only: one producer warp issues the TMA loads (full
+            barriers expect 32 arrivals) and the other three warps of the producer
+            warpgroup exit after giving up their registers, as FlashAttention-3/4 do;
+            False: all four producer warps run the load loop and wait on every barrier.
     """
 
     block_m: int
@@ -117,6 +181,9 @@ class AttentionConfig:
     pingpong: bool = True
     early_rescale: bool = True
     fast_math: bool = True
+    splits: int = 1
+    pack_gqa: bool = False
+    lean_producer: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -131,6 +198,10 @@ class AttentionConfig:
                                 f"got {self.block_n}")
         if self.stages < 1:
             raise LoweringError(f"stages must be >= 1, got {self.stages}")
+        if (isinstance(self.splits, bool) or not isinstance(self.splits, int)
+                or not 1 <= self.splits <= HOPPER.max_grid_yz):
+            raise LoweringError(f"splits must be an int in [1, {HOPPER.max_grid_yz}], "
+                                f"got {self.splits!r}")
         if self.schedule == "ws":
             if self.block_m % 64 or not 64 <= self.block_m <= 192:
                 raise LoweringError(f"'ws' needs block_m in (64, 128, 192), got {self.block_m}")
@@ -153,6 +224,7 @@ class AttentionConfig:
             object.__setattr__(self, "pingpong", False)
         if self.schedule != "ws":
             object.__setattr__(self, "early_rescale", True)
+            object.__setattr__(self, "lean_producer", False)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -164,7 +236,41 @@ class AttentionConfig:
         tag = (self.schedule + ("_pp" if self.pingpong else "")
                + ("" if self.early_rescale else "_late"))
         tag += f"_m{self.block_m}n{self.block_n}s{self.stages}t{self.threads}"
+        tag += "" if self.splits == 1 else f"_kv{self.splits}"
+        tag += "_gqa" if self.pack_gqa else ""
+        tag += "_lean" if self.lean_producer else ""
         return tag + ("" if self.fast_math else "_nofm")
+
+    def launch_plan(self, spec: AttentionSpec) -> "LaunchPlan | None":
+        """The launches of this configuration when they are not the one default launch
+        ``name(Q, K, V, O)`` over the matcher's views: packed GQA views Q and O as
+        ``[kv_batch, kv_group * tq, d]``; split-KV launches the kernel into fp32 scratch
+        and then its combine (:func:`~.attention.attention_source`). None: the default."""
+        cfg = self.for_spec(spec)
+        lay = q_layout(spec, cfg)
+        if not lay.packed and cfg.splits == 1:
+            return None
+        qv, ov = (lay.batch, lay.rows, spec.dqk), (lay.batch, lay.rows, spec.dv)
+        ins = (("param", 0, qv), ("param", 1, (spec.kv_batch, spec.tkv, spec.dqk)),
+               ("param", 2, (spec.kv_batch, spec.tkv, spec.dv)))
+        if cfg.splits == 1:
+            return LaunchPlan((spec.name,), (), (LaunchCall(spec.name, ins + (("output", ov),)),))
+        rows = (cfg.splits, lay.batch, lay.rows)
+        scratch = (ScratchBuffer("o_part", rows + (spec.dv,), "float32"),
+                   ScratchBuffer("m_part", rows, "float32"),
+                   ScratchBuffer("a_part", rows, "float32"))
+        parts = tuple(("scratch", b.name) for b in scratch)
+        combine = f"{spec.name}_combine"
+        return LaunchPlan((spec.name, combine), scratch,
+                          (LaunchCall(spec.name, ins + parts),
+                           LaunchCall(combine, parts + (("output", ov),))))
+
+    def for_spec(self, spec: AttentionSpec) -> "AttentionConfig":
+        """This configuration with the options that have no meaning for ``spec`` normalised
+        (``pack_gqa`` without GQA), so that equal kernels compare equal."""
+        if self.pack_gqa and spec.kv_group == 1:
+            return replace(self, pack_gqa=False)
+        return self
 
 
 def padded_dim(d: int) -> int:
@@ -180,3 +286,89 @@ def o_staging(spec: AttentionSpec) -> str | None:
         return None
     return "Q_s" if padded_dim(spec.dqk) == spec.dv else "O_s"
 
+
+
+@dataclass(frozen=True)
+class QLayout:
+    """How one kernel sees Q and O: ``[batch, rows, d]`` with ``rows`` query rows per batch
+    index, and the K/V batch index of batch index ``bz`` (:func:`q_layout`).
+
+    Attributes:
+        batch: batch extent of the Q/O views (``spec.batch``, or ``spec.kv_batch`` packed).
+        rows: query rows per batch index (``tq``, or ``kv_group * tq`` packed).
+        packed: the rows of one batch index are ``kv_group`` heads of ``tq`` positions each
+            (the position of row ``r`` is ``r % tq``).
+        group: ``kv_group`` when not packed (K/V index ``bz // group``), else 1.
+    """
+
+    batch: int
+    rows: int
+    packed: bool
+    group: int
+
+
+def q_layout(spec: AttentionSpec, cfg: AttentionConfig) -> QLayout:
+    """The Q/O view of ``spec`` under ``cfg`` (packed GQA or one query head per batch index)."""
+    if cfg.pack_gqa and spec.kv_group > 1:
+        return QLayout(spec.kv_batch, spec.kv_group * spec.tq, True, 1)
+    return QLayout(spec.batch, spec.tq, False, spec.kv_group)
+
+
+def grid_shape(blocks_x: int, batch: int, splits: int = 1) -> tuple[int, ...]:
+    """The launch grid of ``blocks_x`` query blocks x ``batch`` (x ``splits``): grid y holds
+    ``batch`` while it fits :attr:`~superopt.lower.target.Target.max_grid_yz`, else the batch
+    is folded into x (``x = blocks_x * batch``, unfolded in the kernel).
+
+    Raises:
+        LoweringError: more blocks than the grid's x extent (2^31 - 1) can hold.
+    """
+    limit_x = 2 ** 31 - 1
+    if batch <= HOPPER.max_grid_yz:
+        grid = (blocks_x, batch)
+    elif blocks_x * batch <= limit_x:
+        grid = (blocks_x * batch,)
+    else:
+        raise LoweringError(f"attention needs {blocks_x} x {batch} thread blocks, over the "
+                            f"grid limit of {limit_x}")
+    if splits > 1:
+        grid = grid + (1,) * (2 - len(grid)) + (splits,)
+    return grid
+
+
+def key_tiles(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Key tiles of ``block_n`` keys over ``tkv``."""
+    return ceil_div(spec.tkv, cfg.block_n)
+
+
+@dataclass(frozen=True)
+class ScratchBuffer:
+    """A device buffer a kernel's launches share, allocated once when the module loads.
+
+    Attributes:
+        name: its name (unique within the kernel's launches).
+        shape: its shape; ``dtype``: a torch dtype name (``"float32"``).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class LaunchCall:
+    """One launch: prim_func ``func`` with ``args``, each ``("param", i, view)`` (the
+    kernel's i-th input, viewed), ``("output", view)`` or ``("scratch", name)``."""
+
+    func: str
+    args: tuple
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the generated module's launcher does for one kernel: compile ``funcs`` (each
+    built by ``build_<func>()`` in the kernel's source), allocate ``scratch``, and run
+    ``calls`` in order. Read by :func:`superopt.lower.module.module_source`."""
+
+    funcs: tuple[str, ...]
+    scratch: tuple[ScratchBuffer, ...]
+    calls: tuple[LaunchCall, ...]

@@ -22,10 +22,12 @@ import :mod:`.attention` (which imports this).
 from __future__ import annotations
 
 from ..emit import Lines
-from .attention_online_softmax import write_normalise_and_store, write_softmax_update
+from .attention_blocks import write_kernel_header
+from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, write_mask,
+                                       write_normalise_and_store, write_partial_store,
+                                       write_score_prologue, write_softmax_update)
 from .attention_space import WS_PRODUCER_REGS, ws_blocks_per_sm, ws_consumer_registers
 from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim
-from .tiling import ceil_div
 
 #: Named-barrier ids used by the ping-pong schedule (TileLang takes 0..2 for itself and
 #: allocates its partial ``bar.sync`` ids upwards from 3).
@@ -36,7 +38,10 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     """Write the prim_func body of the FlashAttention-3 style schedule at ``e``'s depth.
 
     Threads ``[0, 128 * W)`` are W consumer warpgroups (warpgroup w owns query rows
-    ``[64 w, 64 w + 64)`` of the block), threads ``[128 W, 128 (W + 1))`` the producer.
+    ``[64 w, 64 w + 64)`` of the block), threads ``[128 W, 128 (W + 1))`` the producer
+    (``lean_producer``: only its first warp loads; the others exit). The key tiles are the
+    block's range (:mod:`.attention_blocks`: all of them, or what a mask / split leaves);
+    ring slots and phases follow the iteration, the loads the tile.
     Barriers (mbarriers in shared memory): ``q_full``; per ring slot ``k_full``/``v_full``
     (producer arrival + TMA transaction bytes) and ``k_empty``/``v_empty`` (one arrival per
     consumer thread). With n = ceil(t_kv / block_n) key tiles, each consumer warpgroup runs::
@@ -47,7 +52,7 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
             wait k_full[j];  [turn]  issue S = Q K_j^T;  acc *= alpha  (early_rescale)
             wait v_full[j-1];  issue acc += P V_{j-1}  [pass turn]
             wait S (wgmma.wait_group 1); release K_j
-            mask (j = n-1 only); softmax(S) -> alpha, m, l    # overlaps PV(j-1)
+            prologue, mask (partial tiles); softmax(S) -> alpha, m, l  # overlaps PV(j-1)
             wait PV (wait_group 0); release V_{j-1};  [acc *= alpha (late)];  P = fp16(S)
         wait v_full[n-1];  [turn]  acc *= alpha;  issue acc += P V_{n-1}  [pass turn]
         wait; release V_{n-1};  O = acc * (1 / l)  -> shared (Q's tile) -> TMA store
@@ -61,20 +66,28 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     dq, dv = padded_dim(spec.dqk), padded_dim(spec.dv)
     nwg = cfg.consumer_warpgroups
     ncons = 128 * nwg
-    nk = ceil_div(spec.tkv, bn)
-    masked = spec.tkv % bn != 0
     pp = cfg.pingpong and nwg >= 2
-    o_buf = o_staging(spec)
+    split = cfg.splits > 1
+    o_buf = None if split else o_staging(spec)
     qcols = ", :" if dq == spec.dqk else f", 0:{dq}"
     vcols = ", :" if dv == spec.dv else f", 0:{dv}"
     blocks_per_sm = ws_blocks_per_sm(spec, cfg)
     nreg = ws_consumer_registers(cfg, blocks_per_sm)
+    # The lean producer: one warp loads, so the full barriers expect 32 arrivals.
+    loaders = 32 if cfg.lean_producer else 128
     # wgmma accumulators/operands are written asynchronously: after each wait, an empty
     # asm fence on the per-thread registers keeps NVCC from hoisting their uses above the
     # wait (CUTLASS's warpgroup_fence_operand). Counts are 32-bit registers per thread.
     fence_s = f"T.warpgroup_fence_operand(acc_s, num_regs={bm * bn // ncons})"
     fence_p = f"T.warpgroup_fence_operand(acc_p, num_regs={bm * bn // ncons // 2})"
     fence_o = f"T.warpgroup_fence_operand(acc_o, num_regs={bm * dv // ncons})"
+
+    blk = write_kernel_header(e, spec, cfg, cfg.threads)
+    nk = blk.n_tiles
+    count = blk.count
+    # more than one key tile (or maybe more: a block-dependent range)
+    multi = blk.dynamic or nk > 1
+    rows = f"{blk.r0}:({blk.qb} + 1) * {bm}"
 
     def kslice(idx: str) -> str:
         return f"K_s[{idx}, :, :]"
@@ -88,19 +101,25 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     def parity(k: str) -> str:
         return f"(({k}) // {st}) % 2" if st > 1 else f"({k}) % 2"
 
+    def last_it() -> str:
+        return str(nk - 1) if not blk.dynamic else f"{count} - 1"
+
     # ---- producer warpgroup: TMA loads of Q once, then K and V through the ring in the
     # order the consumers use them: K_0, then (K_{k+1}, V_k) for each k, so each K load is
-    # issued as soon as its slot frees, one tile ahead of the V it is paired with.
+    # issued as soon as its slot frees, one tile ahead of the V it is paired with. Ring
+    # slots and phases follow the iteration k; the data the key tile blk.tile(k).
     def load_k(kk: str) -> None:
+        t = blk.tile(kk)
         e(f"T.mbarrier_wait_parity(k_empty[{stage(kk)}], {parity(kk)} ^ 1)")
-        e(f"T.tma_copy(K[bz, ({kk}) * {bn}:({kk} + 1) * {bn}{qcols}], {kslice(stage(kk))}, "
-          f"barrier=k_full[{stage(kk)}])")
+        e(f"T.tma_copy(K[{blk.kvz}, ({t}) * {bn}:({t} + 1) * {bn}{qcols}], "
+          f"{kslice(stage(kk))}, barrier=k_full[{stage(kk)}])")
         e(f"T.mbarrier_arrive(k_full[{stage(kk)}])")
 
     def load_v(kk: str) -> None:
+        t = blk.tile(kk)
         e(f"T.mbarrier_wait_parity(v_empty[{stage(kk)}], {parity(kk)} ^ 1)")
-        e(f"T.tma_copy(V[bz, ({kk}) * {bn}:({kk} + 1) * {bn}{vcols}], {vslice(stage(kk))}, "
-          f"barrier=v_full[{stage(kk)}])")
+        e(f"T.tma_copy(V[{blk.kvz}, ({t}) * {bn}:({t} + 1) * {bn}{vcols}], "
+          f"{vslice(stage(kk))}, barrier=v_full[{stage(kk)}])")
         e(f"T.mbarrier_arrive(v_full[{stage(kk)}])")
 
     # ---- ping-pong turns between the consumer warpgroups
@@ -144,116 +163,131 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
         with e.indent():
             e("acc_o[i, j] = acc_o[i, j] * alpha[i]")
 
-    e(f"with T.Kernel({ceil_div(spec.tq, bm)}, {spec.batch}, threads={cfg.threads}) as (bx, bz):")
+    def scores_ready(tile: str) -> None:
+        # the score prologue (soft-cap, ...) and the mask of a tile that needs one
+        write_score_prologue(e, spec, cfg, blk.qpos(spec), blk.kpos(tile, bn))
+        keep = blk.keep(spec, cfg, tile)
+        if keep is not None and not (not blk.dynamic and tile == "0" and nk > 1):
+            guard = blk.partial(spec, cfg, tile)
+            static_single = not blk.dynamic and nk == 1
+            write_mask(e, cfg, keep, None if static_single else guard)
+
+    if blocks_per_sm > 1:
+        e(f"T.annotate_min_blocks_per_sm({blocks_per_sm})")
+    e(f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
+    e(f'K_s = T.alloc_shared(({st}, {bn}, {dq}), "{dt}")')
+    e(f'V_s = T.alloc_shared(({st}, {bn}, {dv}), "{dt}")')
+    if o_buf == "O_s":
+        e(f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
+    e(f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
+    e(f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
+    e(f'acc_o = T.alloc_fragment(({bm}, {dv}), "float32")')
+    # the steady-state row state only exists with more than one key tile (a fragment
+    # that is never read fails TileLang's layout inference).
+    for name in ROW_STATE + (ROW_STATE_STEADY if multi else ()):
+        e(f'{name} = T.alloc_fragment(({bm},), "float32")')
+    e('slow = T.alloc_var("int32")')
+    e(f"q_full = T.alloc_barrier({loaders})")
+    e(f"k_full = T.alloc_barrier([{loaders}] * {st})")
+    e(f"v_full = T.alloc_barrier([{loaders}] * {st})")
+    e(f"k_empty = T.alloc_barrier([{ncons}] * {st})")
+    e(f"v_empty = T.alloc_barrier([{ncons}] * {st})")
+    e("tx = T.get_thread_binding()")
+
+    # ---- producer warpgroup
+    e(f"if tx >= {ncons}:")
     with e.indent():
-        if blocks_per_sm > 1:
-            e(f"T.annotate_min_blocks_per_sm({blocks_per_sm})")
-        e(f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
-        e(f'K_s = T.alloc_shared(({st}, {bn}, {dq}), "{dt}")')
-        e(f'V_s = T.alloc_shared(({st}, {bn}, {dv}), "{dt}")')
-        if o_buf == "O_s":
-            e(f'O_s = T.alloc_shared(({bm}, {dv}), "{dt}")')
-        e(f'acc_s = T.alloc_fragment(({bm}, {bn}), "float32")')
-        e(f'acc_p = T.alloc_fragment(({bm}, {bn}), "{dt}")')
-        e(f'acc_o = T.alloc_fragment(({bm}, {dv}), "float32")')
-        # alpha, msc_prev and rsum only exist with more than one key tile (a fragment that
-        # is never read fails TileLang's layout inference).
-        row_state = (("m", "msc", "msc_prev", "alpha", "rsum", "l", "rinv") if nk > 1
-                     else ("m", "msc", "l", "rinv"))
-        for name in row_state:
-            e(f'{name} = T.alloc_fragment(({bm},), "float32")')
-        e("q_full = T.alloc_barrier(128)")
-        e(f"k_full = T.alloc_barrier([128] * {st})")
-        e(f"v_full = T.alloc_barrier([128] * {st})")
-        e(f"k_empty = T.alloc_barrier([{ncons}] * {st})")
-        e(f"v_empty = T.alloc_barrier([{ncons}] * {st})")
-        e("tx = T.get_thread_binding()")
+        e(f"T.set_max_nreg({WS_PRODUCER_REGS}, 0)")
+        if cfg.lean_producer:
+            e(f"if tx < {ncons + 32}:")
+            e.indent()
+        e(f"T.tma_copy(Q[bz, {rows}{qcols}], Q_s, barrier=q_full)")
+        e("T.mbarrier_arrive(q_full)")
+        load_k("0")
+        if multi:
+            loop = f"{nk - 1}" if not blk.dynamic else f"{count} - 1"
+            e(f"for k in T.serial({loop}):")
+            with e.indent():
+                load_k("k + 1")
+                load_v("k")
+        load_v(last_it())
+        if cfg.lean_producer:
+            e.dedent()
 
-        # ---- producer warpgroup
-        e(f"if tx >= {ncons}:")
-        with e.indent():
-            e(f"T.set_max_nreg({WS_PRODUCER_REGS}, 0)")
-            e(f"T.tma_copy(Q[bz, bx * {bm}:(bx + 1) * {bm}{qcols}], Q_s, barrier=q_full)")
-            e("T.mbarrier_arrive(q_full)")
-            load_k("0")
-            if nk > 1:
-                e(f"for k in T.serial({nk - 1}):")
+    # ---- consumer warpgroups
+    e("else:")
+    with e.indent():
+        e(f"T.set_max_nreg({nreg}, 1)")
+        e("T.fill(acc_o, 0.0)")
+        if multi:
+            e("T.fill(alpha, 1.0)")
+        e('T.fill(m, -T.infinity("float32"))')
+        if pp:
+            # The last warpgroup lets warpgroup 0 issue first.
+            e(f"if tx >= {128 * (nwg - 1)}:")
+            with e.indent():
+                e(f"T.named_barrier_arrive({PINGPONG_BARRIER_BASE}, 256)")
+        e("T.mbarrier_wait_parity(q_full, 0)")
+        # prologue: S_0 = Q K_0^T, softmax of tile 0
+        e("T.mbarrier_wait_parity(k_full[0], 0)")
+        pp_sync()
+        e(f"T.wgmma_gemm(Q_s, {kslice('0')}, acc_s, transpose_B=True, clear_accum=True, "
+          "policy=T.GemmWarpPolicy.FullRow)")
+        pp_arrive(last=False)
+        e("T.wait_wgmma(0)")
+        e(fence_s)
+        e("T.mbarrier_arrive(k_empty[0])")
+        scores_ready(blk.tile("0"))
+        write_softmax_update(e, spec, cfg, first=True)
+        e("T.copy(acc_s, acc_p)")
+        # steady state: issue S_k = Q K_k^T and acc += P_{k-1} V_{k-1}; softmax(S_k) runs
+        # while PV(k-1) is in flight (FlashAttention-3 intra-warpgroup overlap). With
+        # early_rescale the accumulator is rescaled by alpha_{k-1} between the two
+        # issues, while the tensor cores run QK^T (FlashAttention-3 order); otherwise by
+        # alpha_k after PV(k-1) completes.
+        if multi:
+            e(f"for k in T.serial(1, {count}):")
+            with e.indent():
+                e(f"T.mbarrier_wait_parity(k_full[{stage('k')}], {parity('k')})")
+                pp_sync()
+                e(f"T.wgmma_gemm(Q_s, {kslice(stage('k'))}, acc_s, transpose_B=True, "
+                  "clear_accum=True, policy=T.GemmWarpPolicy.FullRow)")
+                if cfg.early_rescale:
+                    rescale_o()
+                e(f"T.mbarrier_wait_parity(v_full[{stage('k - 1')}], {parity('k - 1')})")
+                e(f"T.wgmma_gemm(acc_p, {vslice(stage('k - 1'))}, acc_o, "
+                  "policy=T.GemmWarpPolicy.FullRow)")
+                pp_arrive(last=False)
+                e("T.wait_wgmma(1)")
+                e(fence_s)
+                e(f"T.mbarrier_arrive(k_empty[{stage('k')}])")
+                scores_ready(blk.tile("k"))
+                write_softmax_update(e, spec, cfg, first=False)
+                e(f"for i in T.Parallel({bm}):")
                 with e.indent():
-                    load_k("k + 1")
-                    load_v("k")
-            load_v(str(nk - 1))
-
-        # ---- consumer warpgroups
-        e("else:")
-        with e.indent():
-            e(f"T.set_max_nreg({nreg}, 1)")
-            e("T.fill(acc_o, 0.0)")
-            if nk > 1:
-                e("T.fill(alpha, 1.0)")
-            e('T.fill(m, -T.infinity("float32"))')
-            if pp:
-                # The last warpgroup lets warpgroup 0 issue first.
-                e(f"if tx >= {128 * (nwg - 1)}:")
-                with e.indent():
-                    e(f"T.named_barrier_arrive({PINGPONG_BARRIER_BASE}, 256)")
-            e("T.mbarrier_wait_parity(q_full, 0)")
-            # prologue: S_0 = Q K_0^T, softmax of tile 0
-            e("T.mbarrier_wait_parity(k_full[0], 0)")
-            pp_sync()
-            e(f"T.wgmma_gemm(Q_s, {kslice('0')}, acc_s, transpose_B=True, clear_accum=True, "
-              "policy=T.GemmWarpPolicy.FullRow)")
-            pp_arrive(last=False)
-            e("T.wait_wgmma(0)")
-            e(fence_s)
-            e("T.mbarrier_arrive(k_empty[0])")
-            write_softmax_update(e, spec, cfg, first=True,
-                                 mask_tile="0" if masked and nk == 1 else None, mask_guard=None)
-            e("T.copy(acc_s, acc_p)")
-            # steady state: issue S_k = Q K_k^T and acc += P_{k-1} V_{k-1}; softmax(S_k) runs
-            # while PV(k-1) is in flight (FlashAttention-3 intra-warpgroup overlap). With
-            # early_rescale the accumulator is rescaled by alpha_{k-1} between the two
-            # issues, while the tensor cores run QK^T (FlashAttention-3 order); otherwise by
-            # alpha_k after PV(k-1) completes.
-            if nk > 1:
-                e(f"for k in T.serial(1, {nk}):")
-                with e.indent():
-                    e(f"T.mbarrier_wait_parity(k_full[{stage('k')}], {parity('k')})")
-                    pp_sync()
-                    e(f"T.wgmma_gemm(Q_s, {kslice(stage('k'))}, acc_s, transpose_B=True, "
-                      "clear_accum=True, policy=T.GemmWarpPolicy.FullRow)")
-                    if cfg.early_rescale:
-                        rescale_o()
-                    e(f"T.mbarrier_wait_parity(v_full[{stage('k - 1')}], {parity('k - 1')})")
-                    e(f"T.wgmma_gemm(acc_p, {vslice(stage('k - 1'))}, acc_o, "
-                      "policy=T.GemmWarpPolicy.FullRow)")
-                    pp_arrive(last=False)
-                    e("T.wait_wgmma(1)")
-                    e(fence_s)
-                    e(f"T.mbarrier_arrive(k_empty[{stage('k')}])")
-                    write_softmax_update(e, spec, cfg, first=False,
-                                         mask_tile="k" if masked else None,
-                                         mask_guard=f"k == {nk - 1}" if masked else None)
-                    e(f"for i in T.Parallel({bm}):")
-                    with e.indent():
-                        e("l[i] = l[i] * alpha[i] + rsum[i]")
-                    e("T.wait_wgmma(0)")
-                    e(fence_o)
-                    e(fence_p)
-                    e(f"T.mbarrier_arrive(v_empty[{stage('k - 1')}])")
-                    if not cfg.early_rescale:
-                        rescale_o()
-                    e("T.copy(acc_s, acc_p)")
-            # epilogue: acc += P_last V_last
-            last = str(nk - 1)
-            e(f"T.mbarrier_wait_parity(v_full[{stage(last)}], {parity(last)})")
-            pp_sync()
-            if cfg.early_rescale and nk > 1:
-                rescale_o()
-            e(f"T.wgmma_gemm(acc_p, {vslice(stage(last))}, acc_o, "
-              "policy=T.GemmWarpPolicy.FullRow)")
-            pp_arrive(last=True)
-            e("T.wait_wgmma(0)")
-            e(fence_o)
-            e(fence_p)
-            e(f"T.mbarrier_arrive(v_empty[{stage(last)}])")
-            write_normalise_and_store(e, spec, cfg, o_buf)
+                    e("l[i] = l[i] * alpha[i] + rsum[i]")
+                e("T.wait_wgmma(0)")
+                e(fence_o)
+                e(fence_p)
+                e(f"T.mbarrier_arrive(v_empty[{stage('k - 1')}])")
+                if not cfg.early_rescale:
+                    rescale_o()
+                e("T.copy(acc_s, acc_p)")
+        # epilogue: acc += P_last V_last
+        last = last_it()
+        e(f"T.mbarrier_wait_parity(v_full[{stage(last)}], {parity(last)})")
+        pp_sync()
+        if cfg.early_rescale and multi:
+            rescale_o()
+        e(f"T.wgmma_gemm(acc_p, {vslice(stage(last))}, acc_o, "
+          "policy=T.GemmWarpPolicy.FullRow)")
+        pp_arrive(last=True)
+        e("T.wait_wgmma(0)")
+        e(fence_o)
+        e(fence_p)
+        e(f"T.mbarrier_arrive(v_empty[{stage(last)}])")
+        if split:
+            write_partial_store(e, spec, cfg, z=blk.z, bz="bz", r0=blk.r0, rows=blk.lay.rows)
+        else:
+            write_normalise_and_store(e, spec, cfg, o_buf, f"O[bz, {rows}, :]")
+    e.dedent()

@@ -1,5 +1,22 @@
 """Matching plan kernels to the attention family: the online-softmax kernel streaming the key
-axis, with its epilogue ``acc / l`` (FlashAttention 2/3).
+axis, with its epilogue ``acc / l`` (FlashAttention 2/3), over scores that are an
+elementwise chain of one matmul ``S = Q @_d K``.
+
+The scores ``X`` (the argument of the row max and of ``exp``) are read from the top down:
+
+* ``X · c``, ``c · X`` and ``X / c`` with a constant ``c > 0`` fold into the exp multiplier
+  (``exp2((X − M) · log2 e)`` of the ``exp_to_exp2`` rule becomes one multiply by
+  ``c · log2 e``; ``max`` commutes with a positive scale);
+* ``select(band(t_q, t_kv, lo, hi), X, −inf)`` (causal, sliding window; either axis order)
+  becomes the kernel's band mask, intersected when nested, which skips the key tiles a
+  query block never sees;
+* what is left between ``S`` and there (a soft-cap ``cap · tanh(S / cap)``, a band in
+  another position, ...) is rendered per score with :func:`superopt.lower.expr.render`
+  (positions along ``t_q`` and ``t_kv`` from the kernel).
+
+Q is ``[B…, t_q, d]``, K and V ``[G…, t_kv, ·]`` with the K/V batch axes ``G…`` a prefix of
+Q's ``B…`` (grouped-query attention: each K/V head serves ``prod(B…) / prod(G…)`` query
+heads, read once per group by the kernel's packed-GQA schedule or through L2).
 
 Owns: the plan → :class:`~superopt.lower.kernels.attention_spec.AttentionSpec` mapping. Must
 not import other families' matchers or anything that runs.
@@ -7,26 +24,72 @@ not import other families' matchers or anything that runs.
 
 from __future__ import annotations
 
+import math
+
 from ...derive.plan import Plan
 from ...errors import LoweringError
-from ..lowering import KernelLowering, axes_prod, single_output
+from ...ir.dag import Graph, NodeId
 from ...ir.ops import LOG2E
-from ..kernels.attention_spec import AttentionSpec
+from ..expr import render
+from ..kernels.attention_spec import KPOS, QPOS, SCORE, AttentionSpec
+from ..lowering import KernelLowering, axes_prod, single_output
+
+
+def _const(g: Graph, n: NodeId) -> float | None:
+    node = g.nodes[n]
+    return float(node.value) if node.op == "const" else None
+
+
+def peel_scores(g: Graph, x: NodeId, tq: str, tkv: str):
+    """Read the scores ``x`` from the top: ``(scale, lo, hi, inner)`` with ``x = scale ·
+    inner`` outside the band ``lo <= i − j <= hi`` masked to ``−inf`` (see the module
+    docstring); ``lo``/``hi`` None where unbounded."""
+    scale, lo, hi = 1.0, None, None
+    while True:
+        n = g.nodes[x]
+        if n.op in ("mul", "div"):
+            a, b = n.args
+            cb = _const(g, b)
+            ca = _const(g, a) if n.op == "mul" else None
+            if cb is not None and cb > 0 and math.isfinite(cb):
+                scale = scale * cb if n.op == "mul" else scale / cb
+                x = a
+                continue
+            if ca is not None and ca > 0 and math.isfinite(ca):
+                scale *= ca
+                x = b
+                continue
+            return scale, lo, hi, x
+        if n.op == "select":
+            c, a, y = n.args
+            band, ninf = g.nodes[c], _const(g, y)
+            if band.op == "band" and ninf == -math.inf and {band.axis, band.axis_b} == {tq, tkv}:
+                b_lo, b_hi = band.lo, band.hi
+                if band.axis == tkv:  # lo <= j - i <= hi  <=>  -hi <= i - j <= -lo
+                    b_lo, b_hi = (None if b_hi is None else -b_hi), (None if b_lo is None else -b_lo)
+                lo = b_lo if lo is None else (lo if b_lo is None else max(lo, b_lo))
+                hi = b_hi if hi is None else (hi if b_hi is None else min(hi, b_hi))
+                x = a
+                continue
+        return scale, lo, hi, x
 
 
 def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
     g = plan.graph
     kern = plan.kernels[k]
+    where = f"kernels[{k}]"
     out = single_output(plan, k)
     on = g.nodes[out]
     mms = [n for n in kern.nodes if g.nodes[n].op == "matmul"]
-    if on.op != "div" or len(mms) != 2 or on.args[0] != mms[1]:
+    if on.op != "div" or len(mms) != 2 or on.args[0] not in mms:
         raise LoweringError(f"kernel {k}: the online-softmax kernel must end in acc / l "
-                            "(fuse the epilogue)", path=f"kernels[{k}]")
-    s, o = g.nodes[mms[0]], g.nodes[mms[1]]
+                            "(fuse the epilogue)", path=where)
+    pv = on.args[0]
+    s_id = mms[0] if mms[1] == pv else mms[1]
+    s, o = g.nodes[s_id], g.nodes[pv]
     z = on.args[1]
     if g.nodes[z].op != "reduce" or plan.owner(z) != k:
-        raise LoweringError(f"kernel {k}: the divisor is not the running sum", path=f"kernels[{k}]")
+        raise LoweringError(f"kernel {k}: the divisor is not the running sum", path=where)
     q, kk = s.args
     e, v = o.args
     en = g.nodes[e]
@@ -35,24 +98,44 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
     batch_axes, tq_axis, dv_axis = dom[:-2], dom[-2], dom[-1]
     qa, ka, va = g.nodes[q].axes, g.nodes[kk].axes, g.nodes[v].axes
     d_axis = s.axis
-    if not (qa == batch_axes + (tq_axis, d_axis) and ka == batch_axes + (tkv, s.axis_b)
-            and va == batch_axes + (tkv, dv_axis) and s.axis_b == d_axis):
+    kv_axes = ka[:-2]
+    if not (qa == batch_axes + (tq_axis, d_axis) and ka[-2:] == (tkv, s.axis_b)
+            and va == kv_axes + (tkv, dv_axis) and s.axis_b == d_axis
+            and batch_axes[:len(kv_axes)] == kv_axes):
         raise LoweringError(f"kernel {k}: Q/K/V axes {list(qa)}/{list(ka)}/{list(va)} do not "
-                            "fit [batch, t, d]", path=f"kernels[{k}]")
+                            "fit Q [B..., t, d], K/V [G..., t, d] with G... a prefix of B...",
+                            path=where)
+    # exp(X - M) or exp2((X - M) * c_e); online_parts checked M = max X
     use_exp2 = en.op == "exp2"
-    scale = 1.0
-    if use_exp2:
-        x = g.nodes[en.args[0]]
-        c = [g.nodes[a] for a in x.args if g.nodes[a].op == "const"]
-        scale = (c[0].value / LOG2E) if c else 1.0 / LOG2E
+    arg = g.nodes[en.args[0]]
+    c_exp = 1.0
+    if arg.op == "mul":
+        c_exp = _const(g, arg.args[1])
+        arg = g.nodes[arg.args[0]]
+    if c_exp is None or not (c_exp > 0 and math.isfinite(c_exp)):
+        raise LoweringError(f"kernel {k}: the {en.op} multiplier must be a finite constant "
+                            f"> 0, got {c_exp!r}", path=where)
+    if arg.op != "sub":
+        raise LoweringError(f"kernel {k}: the {en.op} argument is not X - max X", path=where)
+    x = arg.args[0]
+    scale, lo, hi, inner = peel_scores(g, x, tq_axis, tkv)
+    score_expr = None
+    if inner != s_id:
+        positions = {tq_axis: QPOS, tkv: KPOS}
+        score_expr = render(g, inner, {s_id: SCORE}, lambda a: positions[a])
+    factor = c_exp * scale
     batch = axes_prod(g, batch_axes)
+    kv_batch = axes_prod(g, kv_axes)
     try:
-        spec = AttentionSpec(batch, g.size(tq_axis), g.size(tkv), g.size(d_axis), g.size(dv_axis),
-                             scale=scale, use_exp2=use_exp2, dtype=dtype, name=f"k{k}_attention")
-    except LoweringError as e:  # e.g. an empty axis: the template needs every extent >= 1
-        raise LoweringError(e.message, path=f"kernels[{k}]") from None
-    params = [(q, (batch, spec.tq, spec.dqk)), (kk, (batch, spec.tkv, spec.dqk)),
-              (v, (batch, spec.tkv, spec.dv))]
+        spec = AttentionSpec(batch, g.size(tq_axis), g.size(tkv), g.size(d_axis),
+                             g.size(dv_axis), scale=factor / LOG2E if use_exp2 else factor,
+                             use_exp2=use_exp2, dtype=dtype, name=f"k{k}_attention",
+                             kv_group=batch // kv_batch if kv_batch else 1, mask_lo=lo,
+                             mask_hi=hi, score_expr=score_expr)
+    except LoweringError as err:  # e.g. an empty axis: the template needs every extent >= 1
+        raise LoweringError(err.message, path=where) from None
+    params = [(q, (batch, spec.tq, spec.dqk)), (kk, (spec.kv_batch, spec.tkv, spec.dqk)),
+              (v, (spec.kv_batch, spec.tkv, spec.dv))]
     flops = 2 * batch * spec.tq * spec.tkv * (spec.dqk + spec.dv)
     return KernelLowering(k, "attention", spec, tuple(params), out, (batch, spec.tq, spec.dv),
                           flops)
