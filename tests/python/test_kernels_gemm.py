@@ -10,24 +10,50 @@ compiled to a cubin with nvcc. Values are checked on the GPU by ``bench/validate
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import random
 import re
+from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
+from superopt.derive import derive_all
+from superopt.derive.plan import Kernel, Plan
+from superopt.dsl import DagBuilder
 from superopt.lower import tl
 from superopt.errors import LoweringError
+from superopt.lower.emit import Lines
+from superopt.lower.families import FAMILIES
 from superopt.lower.kernels.gemm import gemm_source
+from superopt.lower.kernels.gemm_chain_spec import GemmChainSpec, chain_smem_bytes
+from superopt.lower.kernels.gemm_grid import open_kernel, plan_grid
 from superopt.lower.kernels.gemm_space import gemm_config_space, gemm_cost_clk
 from superopt.lower.kernels.gemm_spec import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec,
-                                              check_config, gemm_accum_registers,
+                                              check_config, check_spec, gemm_accum_registers,
                                               gemm_block_threads, gemm_register_cap,
                                               gemm_smem_bytes)
+from superopt.lower.kernels.tiling import ceil_div
+from superopt.lower.match import match_kernel, match_plan
+from superopt.lower.matchers.gemm import position_index
+from superopt.lower.module import module_source
+from superopt.workloads import WORKLOADS
 from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
                                             elementwise_source, row_config_space,
                                             rowreduce_source)
 
 HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+
+
+def llama3_attention(**sizes):
+    """The example model's graph (examples/models/llama3_attention.py) at ``sizes``."""
+    spec = importlib.util.spec_from_file_location("example_llama3_attention",
+                                                  MODELS / "llama3_attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.llama3_attention(**sizes)
 
 # The four reference GEMMs of WORKLOADS.md, as the lowering emits them.
 MATMUL = GemmSpec(1, 1024, 4096, 4096, "kn", name="matmul")
@@ -71,9 +97,17 @@ def cfg_id(c: GemmConfig) -> str:
 
 
 def expected_grid(spec: GemmSpec, c: GemmConfig) -> tuple[int, int, int]:
+    """The launch grid, computed here independently of the source writer."""
     m_blocks, n_blocks = -(-spec.m // c.block_m), -(-spec.n // c.block_n)
+    if c.persistent and c.schedule == "ws":  # one cluster per cluster_m SMs, at most one per unit
+        units = spec.batch * (m_blocks // c.cluster_m) * n_blocks
+        return (min(units, 132 // c.cluster_m) * c.cluster_m, 1, 1)
     if c.persistent:
         return (min(spec.batch * m_blocks * n_blocks, 132), 1, 1)
+    if m_blocks > 65535:
+        return (n_blocks * m_blocks * spec.batch, 1, 1)
+    if spec.batch > 65535:
+        return (n_blocks * spec.batch, m_blocks, 1)
     return (n_blocks, m_blocks, spec.batch)
 
 
@@ -90,7 +124,9 @@ def assert_ws_pipeline(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
         assert "tl::tma_load_multicast(B_desc" in cuda
         assert not re.search(r"tma_load_multicast\(A_desc", cuda)
         # consumer release reaches the peer CTA: arrive(cta_id)
-        assert re.search(r"empty\[[^\]]+\]\.arrive\(\(\(\(\(int\)threadIdx\.x\) & 127\) >> 5\)\)", cuda)
+        # (one consumer warpgroup: tx % 128 is tx, and TileLang drops the mask)
+        assert re.search(r"empty\[[^\]]+\]\.arrive\(\(*\(\(int\)threadIdx\.x\)( & 127\))? >> 5\)\)",
+                         cuda)
         assert cuda.count("tl::cluster_sync();") == 2  # after set-up, before exit
     else:
         assert "multicast" not in cuda and "cluster_sync" not in cuda
@@ -234,7 +270,15 @@ def test_ws_schedule_lowers_at_edges(tmp_path, spec, cfg):
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, cluster_m=2), "needs schedule 'ws'"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=4), "cluster_m"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="tma"), "schedule"),
-    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", persistent=True), "persistent"),
+    (MATMUL, GemmConfig(128, 256, 64, 4, 256, schedule="ws", persistent=True), "shared memory"),
+    (MATMUL, GemmConfig(128, 256, 64, 4, 256, schedule="ws", persistent=True, c_alias=True),
+     "persistent"),
+    (MATMUL, GemmConfig(128, 256, 64, 4, 256, c_alias=True), "c_alias needs schedule 'ws'"),
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", c_alias=True), "slots"),
+    (GemmSpec(1, 1024, 4096, 4096, "kn", out_dtype="float32"),
+     GemmConfig(256, 128, 64, 4, 256, schedule="ws", c_alias=True), "operand dtype"),
+    (GemmSpec(1, 1024, 4096, 4096, "kn", a_inputs=(("x", "float16"),), prologue="{x}"),
+     GemmConfig(128, 256, 64, 3, 256, schedule="ws"), "prologue"),
     (MATMUL, GemmConfig(128, 256, 64, 4, 256, schedule="ws"), "shared memory"),
     (MATMUL, GemmConfig(128, 256, 64, 1, 256, schedule="ws"), "stages >= 2"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", swizzle_panel=8), "swizzle_panel 0"),
@@ -389,6 +433,550 @@ def test_source_is_one_builder_with_params_in_order():
     assert "T.Tensor((2, 300, 64), \"float16\")" in src  # nk: B is [batch, n, k]
     assert not any(ln != ln.rstrip() for ln in src.splitlines())
     compile(HEADER + src, "<generated>", "exec")
+
+
+# =========================================================================================
+# GEMM: grid limits, int32 limits, config types (issue 13)
+# =========================================================================================
+
+@pytest.mark.parametrize("tiles,layout,launch", [
+    ((4, 65535, 65535), "xyz", (4, 65535, 65535)),
+    ((4, 8, 65536), "xz", (4 * 65536, 8, 1)),
+    ((3, 65536, 2), "flat", (3 * 65536 * 2, 1, 1)),
+    ((1, 70000, 70000), "flat", None),
+])
+def test_plan_grid_folds_what_y_and_z_cannot_hold(tiles, layout, launch):
+    if launch is None:  # folded, 4.9e9 blocks would exceed grid x
+        with pytest.raises(LoweringError, match="exceed"):
+            plan_grid(*tiles)
+        return
+    grid = plan_grid(*tiles)
+    assert (grid.layout, grid.launch) == (layout, launch)
+    assert all(d <= 65535 for d in grid.launch[1:]) and grid.launch[0] <= 2 ** 31 - 1
+
+
+def _decode(grid, x: int, y: int, z: int) -> tuple[int, int, int]:
+    """(bx, by, bz) of block (x, y, z) by evaluating the bindings open_kernel writes."""
+    e = Lines()
+    open_kernel(e, grid, 128)
+    env = {"bxz": x, "bxyz": x, "bx": x, "by": y, "bz": z}
+    for line in e.lines[1:]:
+        name, expr = (t.strip() for t in line.split("="))
+        env[name] = eval(expr, {}, dict(env))
+    return env["bx"], env["by"], env["bz"]
+
+
+@pytest.mark.parametrize("tiles", [(3, 5, 70000), (2, 70000, 3)])
+def test_open_kernel_binds_every_tile_once(tiles):
+    grid = plan_grid(*tiles)
+    gx, gy, gz = grid.launch
+    seen = {_decode(grid, x, y, z) for x in range(gx) for y in range(gy) for z in range(gz)}
+    nb, mb, batch = tiles
+    assert seen == {(a, b, c) for a in range(nb) for b in range(mb) for c in range(batch)}
+
+
+BIG_BATCH = GemmSpec(100_000, 16, 16, 16, "kn", name="bigbatch")
+
+
+@pytest.mark.parametrize("cfg", [
+    GemmConfig(64, 64, 64, 2, 128),
+    GemmConfig(64, 64, 64, 2, 128, schedule="ws"),
+    GemmConfig(64, 64, 64, 2, 128, persistent=True),
+], ids=cfg_id)
+def test_batch_100000_launches_within_grid_limits(tmp_path, cfg):
+    src = gemm_source(BIG_BATCH, cfg)
+    cuda, launch = lower(tmp_path, src, BIG_BATCH.name)
+    assert launch["grid"] == expected_grid(BIG_BATCH, cfg)
+    assert launch["grid"] == ((132, 1, 1) if cfg.persistent else (100_000, 1, 1))
+    if not cfg.persistent:
+        assert "bz = bxz // 1" in src and "as (bxz, by):" in src
+        # the batch index of every TMA access is blockIdx.x (n_blocks == 1)
+        assert re.search(r"tma_load\(A_desc, [^;]*\(\(int\)blockIdx\.x\)\);", cuda)
+
+
+def test_rows_over_65535_tiles_fold_into_x_with_the_cluster(tmp_path):
+    spec = GemmSpec(2, 70000 * 128, 64, 64, "kn", name="bigm")
+    cfg = GemmConfig(128, 64, 64, 2, 256, schedule="ws", cluster_m=2)
+    src = gemm_source(spec, cfg)
+    assert "cluster_dims=(2, 1, 1)) as bxyz:" in src and "by = bxyz % 70000" in src
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["grid"] == expected_grid(spec, cfg) == (140000, 1, 1)
+    assert "tl::tma_load_multicast(B_desc" in cuda
+    assert re.search(r"\(\(\(int\)blockIdx\.x\) % 70000\) \* 128\)", cuda)  # the row tile
+
+
+def test_swizzle_refused_on_a_folded_grid():
+    with pytest.raises(LoweringError, match="swizzle_panel needs"):
+        check_config(BIG_BATCH, GemmConfig(64, 64, 64, 2, 128, swizzle_panel=8))
+    assert all(not c.swizzle_panel or c.persistent
+               for c in gemm_config_space(BIG_BATCH, limit=None))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(batch=1, m=2 ** 16, n=2 ** 15, k=16), "C has 2147483648 elements"),
+    (dict(batch=2 ** 11, m=2 ** 10, n=16, k=2 ** 10), "A has 2147483648 elements"),
+    (dict(batch=1, m=16, n=2 ** 16, k=2 ** 15), "B has"),
+])
+def test_tensors_of_2_31_elements_are_refused(kwargs, match):
+    with pytest.raises(LoweringError, match=match):
+        check_spec(GemmSpec(b_layout="kn", **kwargs))
+
+
+def test_match_refuses_an_int32_overflow_before_launch():
+    g = WORKLOADS["matmul"].build(m=2 ** 16, d=16, n=2 ** 15)
+    plan = derive_all(g)[0].plan
+    with pytest.raises(LoweringError, match="int32") as e:
+        match_plan(plan)
+    assert e.value.path == "kernels[0]"
+
+
+@pytest.mark.parametrize("cfg,match", [
+    (GemmConfig("128", 128, 64, 3, 256), "block_m must be an integer"),
+    (GemmConfig(128, 128, 64, 3.0, 256), "stages must be an integer"),
+    (GemmConfig(128, 128, 64, 3, True), "threads must be an integer"),
+    (GemmConfig(128, 128, 64, 3, 256, persistent="yes"), "persistent must be a bool"),
+    (GemmConfig(128, 128, 64, 3, 256, schedule=None), "schedule must be a str"),
+    (GemmConfig(128, 128, 64, 3, 256, col_tiles=2), "col_tiles is for GEMM chains"),
+])
+def test_config_of_wrong_types_is_a_lowering_error(cfg, match):
+    with pytest.raises(LoweringError, match=match):
+        check_config(MATMUL, cfg)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(batch=1.0), "batch must be an integer"), (dict(m=True), "m must be an integer"),
+    (dict(row_inputs=["r"], epilogue="{r}"), "row_inputs must be a tuple"),
+    (dict(b_batch=3, batch=4), "b_batch must divide"),
+    (dict(b_batch=0), "b_batch must divide"),
+    (dict(col_inputs=("r",), row_inputs=("r",), epilogue="{r}"), "duplicate"),
+    (dict(col_inputs=("bx",), epilogue="{bx}"), "reserved"),
+    (dict(vector_dtypes=(("q", "float16"),)), "names no row"),
+    (dict(a_inputs=(("x", "float16"),)), "come together"),
+    (dict(prologue="{x}"), "come together"),
+    (dict(a_inputs=(("x", "int8"),), prologue="{x}"), "dtype"),
+    (dict(a_inputs=(("x", "float16"),), prologue="{y}"), "prologue"),
+    (dict(k_inputs=("g",)), "need a prologue"),
+    (dict(epilogue="{kpos}"), "epilogue"),
+])
+def test_new_spec_fields_are_checked(kwargs, match):
+    base = dict(batch=1, m=64, n=64, k=64, b_layout="kn")
+    base.update(kwargs)
+    with pytest.raises(LoweringError, match=match):
+        gemm_source(GemmSpec(**base), GemmConfig(128, 128, 64, 3, 256))
+
+
+def _graph_plan(name, axes, body, kernels):
+    """A graph built by ``body(builder)`` and a hand-made plan over it (the shape a rule
+    produces): ``kernels`` is a list of (node ids, grid axes, streamed axis)."""
+    b = DagBuilder(name, axes)
+    b.output(body(b))
+    g = b.build()
+    return g, Plan(g, tuple(Kernel(tuple(sorted(n)), tuple(gr), st) for n, gr, st in kernels))
+
+
+def test_output_dtype_follows_the_graph():
+    """A GEMM writing the graph's output writes the graph's dtype; one whose output only an
+    elementwise kernel reads writes fp32; one a later matmul reads writes the dtype; and the
+    launcher allocates each intermediate in exactly the dtype its kernel writes."""
+    def body(b):
+        x, w, w2 = b.input("X", ["m", "d"]), b.input("W", ["d", "n"]), b.input("W2", ["n", "e"])
+        y = b.matmul(x, w, "d", "d")          # 3: read by the elementwise kernel
+        z = b.exp(y)                          # 4: read by the next matmul
+        return b.matmul(z, w2, "n", "n")      # 5: the output
+    g, plan = _graph_plan("chain3", [("m", 64), ("d", 32), ("n", 48), ("e", 80)], body,
+                          [((3,), ("m", "n"), "d"), ((4,), ("m", "n"), None),
+                           ((5,), ("m", "e"), "n")])
+    for dtype in ("float16", "bfloat16"):
+        match = match_plan(plan, dtype)
+        k0, k2 = match.kernels[0], match.kernels[2]
+        assert (k0.spec.out_dtype, k2.spec.out_dtype) == ("float32", dtype)
+        assert match.kernels[1].spec.out_dtype == dtype  # exp(y) feeds a matmul: 16-bit
+        src = module_source(match, [FAMILIES[kl.family].config_space(kl.spec)[0]
+                                    for kl in match.kernels])
+        assert re.search(r"t3 = torch\.empty\(\(1, 64, 48\), dtype=torch\.float32", src)
+        assert re.search(rf"t4 = torch\.empty\([^)]*\), dtype=torch\.{dtype}", src)
+        assert f"C: T.Tensor((1, 64, 48), \"float32\")" in src
+        assert f"C: T.Tensor((1, 64, 80), \"{dtype}\")" in src
+
+
+# =========================================================================================
+# GEMM: B shared by a group of batches (GQA), masks, column vectors (issue 14)
+# =========================================================================================
+
+def _llama_plans(**sizes):
+    g = llama3_attention(**sizes)
+    return g, [d.plan for d in derive_all(g)]
+
+
+def test_gqa_plans_read_kv_in_place_with_the_causal_mask_in_the_epilogue():
+    g, plans = _llama_plans(b=1, g=2, r=3, t_q=200, t_kv=300, d_h=64)
+    qk = pv = None
+    for plan in plans:
+        for k, kern in enumerate(plan.kernels):
+            ops = {plan.graph.nodes[n].op for n in kern.nodes}
+            if kern.online or "matmul" not in ops:
+                continue
+            try:
+                kl = match_kernel(plan, k)
+            except LoweringError:
+                continue
+            if kl.family != "gemm":
+                continue
+            if kl.spec.k == 64 and "select" in ops:
+                qk = kl
+            elif kl.spec.k == 300 and ops == {"matmul"}:
+                pv = kl
+    assert qk is not None and pv is not None
+    # S = Q @_d K: batch (b, g, r) on Q and S, (b, g) on K, viewed in place
+    assert (qk.spec.batch, qk.spec.b_batch, qk.spec.b_layout) == (6, 2, "nk")
+    assert [v for _, v in qk.params] == [(6, 200, 64), (2, 300, 64)]
+    # band(t_q, t_kv, lo = t_q - t_kv): key j is visible to query i iff i - j >= -100
+    assert "({row} - {col}) >= -100" in qk.spec.epilogue
+    assert '(-T.infinity("float32"))' in qk.spec.epilogue
+    assert (pv.spec.batch, pv.spec.b_batch, pv.spec.b_layout) == (6, 2, "kn")
+    assert [v for _, v in pv.params][1] == (2, 300, 64)
+
+
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 128, 64, 3, 256),
+                                 GemmConfig(64, 128, 64, 2, 128, schedule="ws"),
+                                 GemmConfig(128, 128, 64, 2, 256, persistent=True)], ids=cfg_id)
+def test_gqa_gemm_lowers_with_the_b_batch_divided(tmp_path, cfg):
+    spec = GemmSpec(6, 200, 300, 64, "nk", b_batch=2, name="gqa",
+                    epilogue='T.if_then_else(T.if_then_else(({row} - {col}) >= -100, 1.0, 0.0) '
+                             '!= 0.0, {acc} * 0.125, (-T.infinity("float32")))',
+                    out_dtype="float32")
+    src = gemm_source(spec, cfg)
+    assert 'B: T.Tensor((2, 300, 64), "float16")' in src and "B[bz // 3" in src
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["grid"] == expected_grid(spec, cfg)
+    if not cfg.persistent:  # B's TMA batch coordinate is the output batch divided by 3
+        assert re.search(r"tma_load\(B_desc, [^;]*\(\(int\)blockIdx\.z\) / 3\)\);", cuda)
+    assert "-CUDART_INF_F" in cuda
+
+
+def test_position_index_digits():
+    b = DagBuilder("pos", [("b", 2), ("g", 3), ("r", 4), ("t", 5), ("s", 7)])
+    b.output(b.input("X", ["b", "g", "r", "t", "s"]))
+    g = b.build()
+    idx = position_index(g, ("b", "g", "r"), "t", {"t": "{row}", "s": "{col}"}, False)
+    assert [idx(a) for a in ("b", "g", "r", "t", "s")] == \
+        ["({batch} // 12)", "({batch} // 4 % 3)", "({batch} % 4)", "{row}", "{col}"]
+    fold = position_index(g, ("b", "g", "r"), "t", {"t": "{row}", "s": "{col}"}, True)
+    assert [fold(a) for a in ("b", "g", "r", "t")] == \
+        ["({row} // 60)", "({row} // 20 % 3)", "({row} // 5 % 4)", "({row} % 5)"]
+    # the digits reproduce every flat index
+    for flat in range(2 * 3 * 4):
+        vals = [eval(idx(a).format(batch=flat)) for a in ("b", "g", "r")]
+        assert vals == [flat // 12, flat // 4 % 3, flat % 4]
+    for row in range(2 * 3 * 4 * 5):
+        vals = [eval(fold(a).format(row=row)) for a in ("b", "g", "r", "t")]
+        assert vals == [row // 60, row // 20 % 3, row // 5 % 4, row % 5]
+    with pytest.raises(KeyError):
+        idx("q")
+
+
+def _bias_plan(bias_dtype_input=True):
+    def body(b):
+        x, w = b.input("X", ["m", "d"]), b.input("W", ["d", "n"])
+        s = b.input("s", ["m"])
+        bias = b.input("bias", ["n"])
+        return b.add(b.mul(b.matmul(x, w, "d", "d"), s), bias)
+    return _graph_plan("bias", [("m", 1000), ("d", 512), ("n", 1000)], body,
+                       [((4, 5, 6), ("m", "n"), "d")])
+
+
+def test_column_and_row_vectors_in_the_epilogue_keep_their_dtype(tmp_path):
+    g, plan = _bias_plan()
+    for dtype in ("float16", "bfloat16"):
+        kl = match_plan(plan, dtype).kernels[0]
+        spec = kl.spec
+        assert spec.row_inputs == ("v2",) and spec.col_inputs == ("v3",)
+        assert spec.epilogue == "(({acc} * {v2}) + {v3})"
+        assert dict(spec.vector_dtypes) == {"v2": dtype, "v3": dtype}  # graph inputs
+        assert [v for _, v in kl.params] == [(1, 1000, 512), (1, 512, 1000), (1, 1000), (1000,)]
+    for cfg in (gemm_config_space(spec)[0], GemmConfig(128, 128, 64, 3, 256)):
+        src = gemm_source(spec, cfg)
+        assert 'v3: T.Tensor((1000,), "bfloat16")' in src
+        assert 'T.Cast("float32", v3_s[j])' in src and 'T.Cast("float32", v2_s[i])' in src
+        cuda, launch = lower(tmp_path, src, spec.name)
+        assert re.search(r"v3\[\(\(\(int\)blockIdx\.x\) \* \d+\)", cuda) or "v3[" in cuda
+        assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg)
+
+
+def test_epilogue_refuses_other_vectors():
+    def body(b):
+        x, w = b.input("X", ["m", "d"]), b.input("W", ["d", "n"])
+        return b.add(b.matmul(x, w, "d", "d"), b.input("Y", ["n", "m"]))
+    g, plan = _graph_plan("bad", [("m", 64), ("d", 64), ("n", 64)], body,
+                          [((2, 4), ("m", "n"), "d")])
+    with pytest.raises(LoweringError, match=r"only row and column vectors") as e:
+        match_plan(plan)
+    assert e.value.path == "kernels[0]"
+
+
+# =========================================================================================
+# GEMM: elementwise prologues on A (issue 15)
+# =========================================================================================
+
+def _residual_plan(m=1000, d=1000, n=512):
+    def body(b):
+        x, res, w = b.input("X", ["m", "d"]), b.input("R", ["m", "d"]), b.input("W", ["d", "n"])
+        gam = b.input("gamma", ["d"])
+        a = b.mul(b.add(x, res), gam)
+        return b.matmul(a, w, "d", "d")
+    return _graph_plan("residual", [("m", m), ("d", d), ("n", n)], body,
+                       [((4, 5, 6), ("m", "n"), "d")])
+
+
+def test_residual_and_scale_prologue_matches():
+    g, plan = _residual_plan()
+    kl = match_plan(plan).kernels[0]
+    spec = kl.spec
+    assert spec.a_inputs == (("v0", "float16"), ("v1", "float16"))
+    assert spec.k_inputs == ("v3",) and spec.prologue == "(({v0} + {v1}) * {v3})"
+    assert [n for n, _ in kl.params] == [0, 1, 2, 3]
+    assert [v for _, v in kl.params] == [(1, 1000, 1000), (1, 1000, 1000), (1, 1000, 512), (1000,)]
+
+
+def test_rmsnorm_plans_with_the_scale_in_the_prologue_now_match():
+    g = WORKLOADS["rmsnorm"].build(m=256, d=512, n=256)
+    pros = []
+    for d in derive_all(g):
+        for k, kern in enumerate(d.plan.kernels):
+            if "matmul" in {d.plan.graph.nodes[n].op for n in kern.nodes}:
+                try:
+                    kl = match_kernel(d.plan, k)
+                except LoweringError:
+                    continue
+                if kl.family == "gemm" and kl.spec.prologue:
+                    pros.append(kl.spec)
+    assert pros, "no RMSNorm plan with the row scale applied to the A tiles"
+    assert all(s.a_inputs[0][1] == "float16" and s.row_inputs for s in pros)
+    assert any("T.rsqrt(" in s.prologue for s in pros)
+
+
+PROLOGUE_CASES = [
+    # residual add times a norm weight, ragged k (1000 = 15 tiles of 64 + 40)
+    GemmSpec(1, 1000, 512, 1000, "kn", a_inputs=(("x", "float16"), ("res", "float16")),
+             k_inputs=("gam",), prologue="({x} + {res}) * {gam}", name="pro_res",
+             vector_dtypes=(("gam", "float16"),)),
+    # exp of an fp32 intermediate divided by a row vector (unfused softmax @ V), batch 2
+    GemmSpec(2, 256, 128, 300, "kn", a_inputs=(("e", "float32"),), row_inputs=("z",),
+             prologue="T.exp({e}) / {z}", name="pro_exp", b_batch=1),
+    # dual with the sum of squares of the computed A and a row vector in both
+    GemmSpec(1, 512, 256, 512, "nk", dual=True, a_row_sumsq=True, a_inputs=(("x", "bfloat16"),),
+             row_inputs=("s",), prologue="{x} * {s}", dtype="bfloat16",
+             epilogue="{acc} * {acc2} * T.rsqrt({ss} + 1e-05) * {s}", name="pro_dual"),
+    # a mask on the K axis: select(band(row, kpos), x, 0)
+    GemmSpec(1, 300, 128, 300, "kn", a_inputs=(("p", "float16"),),
+             prologue="T.if_then_else(T.if_then_else(({row} - {kpos}) >= 0, 1.0, 0.0) != 0.0, "
+                      "{p}, 0.0)", name="pro_mask"),
+]
+
+
+@pytest.mark.parametrize("spec", PROLOGUE_CASES, ids=[s.name for s in PROLOGUE_CASES])
+def test_prologue_gemm_lowers_computing_a_on_its_tiles(tmp_path, spec):
+    space = gemm_config_space(spec)
+    assert space and all(c.schedule == "auto" for c in space)
+    for cfg in space[:1] + [c for c in space if c.persistent][:1]:
+        src = gemm_source(spec, cfg)
+        assert "A: T.Tensor" not in src  # A is computed, not a parameter
+        assert f"A_s[i, j] = T.Cast(\"{spec.dtype}\"," in src
+        cuda, launch = lower(tmp_path, src, spec.name)
+        assert launch["grid"] == expected_grid(spec, cfg)
+        assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
+        assert "wgmma" in cuda
+        for a, d in spec.a_inputs:  # TMA where the row pitch allows it
+            assert (f"tl::tma_load({a}_desc" in cuda) == (spec.k * (4 if d == "float32" else 2)
+                                                          % 16 == 0)
+        assert "fence_proxy_async" in cuda  # generic-proxy writes of A_s before wgmma reads
+        if spec.k % cfg.block_k:  # the ragged K tail is zero, whatever the prologue gives there
+            assert f"ko * {cfg.block_k} + j < {spec.k}" in src
+            bounds = [spec.k // v for v in (1, 2, 4, 8) if spec.k % v == 0]
+            assert re.search("|".join(rf"< {b}\)" for b in bounds), cuda)
+
+
+def test_b_prologue_is_refused():
+    def body(b):
+        x, w = b.input("X", ["m", "d"]), b.input("W", ["d", "n"])
+        return b.matmul(x, b.exp(w), "d", "d")
+    g, plan = _graph_plan("bpro", [("m", 64), ("d", 64), ("n", 64)], body,
+                          [((2, 3), ("m", "n"), "d")])
+    with pytest.raises(LoweringError, match="B operand in its prologue"):
+        match_plan(plan)
+
+
+# =========================================================================================
+# GEMM: C staged in the ring, persistent "ws" (issue 16)
+# =========================================================================================
+
+COOP = GemmConfig(256, 128, 64, 4, 256, schedule="ws", cluster_m=2, c_alias=True)
+
+
+@pytest.mark.parametrize("spec", [MATMUL, GemmSpec(1, 1000, 1000, 1000, "kn", row_inputs=("r",),
+                                                   epilogue="{acc} * {r}", dtype="bfloat16",
+                                                   out_dtype="bfloat16", name="alias1000")],
+                         ids=["matmul", "alias1000"])
+def test_c_alias_fits_four_stages_at_256x128(tmp_path, spec):
+    """cuBLAS's tile and depth: 256x128x64, 4 stages, two consumer warpgroups of 128 rows
+    each, a 2-CTA cluster; C goes out through the A ring's first two slots."""
+    with pytest.raises(LoweringError, match="shared memory"):
+        check_config(spec, replace(COOP, c_alias=False))
+    assert COOP in gemm_config_space(spec, limit=None)
+    src = gemm_source(spec, COOP)
+    assert "C_s" not in src
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert_ws_pipeline(cuda, spec, COOP)
+    ring = 4 * (256 * 64 + 64 * 128) * 2
+    assert ring <= launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, COOP) <= SMEM_LIMIT_BYTES
+    assert launch["dyn_shared_bytes"] < ring + 256 * 128 * 2  # no C tile of its own
+    # each warpgroup: two m64n128 atoms per K16 step
+    assert re.search(r"wgmma_ss<[^>]*, 64, 128, 16,", cuda)
+    stores = re.findall(r"tl::tma_store\(C_desc, \(&\(\(\(\w+\*\)A_s\)\[(\d+)\]\)\)", cuda)
+    assert stores == ["0", "16384"]  # slots 0 and 1 of the A ring (256 x 64 each)
+
+
+PERSISTENT_WS = [
+    # more units (4 x 16 = 64 pairs of row tiles ... ) than clusters: the tile loop iterates
+    (GemmSpec(3, 1000, 3000, 512, "kn", row_inputs=("r",), epilogue="{acc} * {r}",
+              name="pws_cluster"), GemmConfig(128, 128, 64, 3, 256, schedule="ws", cluster_m=2,
+                                               persistent=True)),
+    # (4 K steps on a ring of 3: the slot and phase depend on the tile index)
+    (GemmSpec(2, 700, 2000, 256, "nk", b_batch=1, out_dtype="float32", name="pws_one"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", persistent=True)),
+]
+
+
+@pytest.mark.parametrize("spec,cfg", PERSISTENT_WS, ids=[s.name for s, _ in PERSISTENT_WS])
+def test_persistent_ws_walks_its_tiles_with_the_ring_running_on(tmp_path, spec, cfg):
+    src = gemm_source(spec, cfg)
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["grid"] == expected_grid(spec, cfg)
+    assert launch["block"] == (cfg.threads + 128, 1, 1)
+    assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
+    assert_ws_pipeline(cuda, spec, cfg)
+    mb, nb = -(-spec.m // cfg.block_m), -(-spec.n // cfg.block_n)
+    units = spec.batch * (mb // cfg.cluster_m) * nb
+    clusters = launch["grid"][0] // cfg.cluster_m
+    iters = -(-units // clusters)
+    assert units % clusters, "the case must leave the last round partly empty"
+    # both the producer and the consumers walk the same tiles ...
+    assert len(re.findall(rf"for \(int (w|w_\d+) = 0; \1 < {iters}; \+\+\1\)", cuda)) == 2
+    # (each round's guard u < units, as TileLang rewrites it)
+    assert len(re.findall(r"for \(int (w|w_\d+) = 0;[^\n]*\n\s*if \(", cuda)) == 2
+    # ... with the ring's step counted across tiles
+    nsteps = -(-spec.k // cfg.block_k)
+    assert re.search(rf"\(w(_\d+)? \* {nsteps}\)", cuda)
+
+
+def test_persistent_ws_is_in_the_space_when_tiles_take_waves():
+    big = GemmSpec(1, 4096, 4096, 4096, "kn", name="m4k")
+    space = gemm_config_space(big, limit=None)
+    assert any(c.schedule == "ws" and c.persistent and c.cluster_m == 2 for c in space)
+    small = GemmSpec(1, 512, 512, 4096, "kn", name="one_wave")  # at most 64 tiles
+    assert not any(c.persistent for c in gemm_config_space(small, limit=None))
+
+
+# =========================================================================================
+# GEMM chains: the intermediate stays on chip (issue 15)
+# =========================================================================================
+
+def _lora_plan(m=1000, d=1000, f=40, n=1000, batch_w=False):
+    def body(b):
+        x = b.input("X", ["e", "m", "d"])
+        w1 = b.input("W1", ["e", "d", "f"] if batch_w else ["d", "f"])
+        w2 = b.input("W2", ["n", "f"])
+        bias = b.input("bias", ["n"])
+        h = b.mul(b.matmul(x, w1, "d", "d"), b.const(0.5))
+        return b.add(b.matmul(h, w2, "f", "f"), bias)
+    return _graph_plan("lora", [("e", 2), ("m", m), ("d", d), ("f", f), ("n", n)], body,
+                       [((4, 6, 7, 8), ("m", "n"), "d")])
+
+
+def test_chain_plan_matches_the_chain_template():
+    g, plan = _lora_plan(batch_w=True)
+    kl = match_plan(plan).kernels[0]
+    spec = kl.spec
+    assert isinstance(spec, GemmChainSpec)
+    assert (spec.batch, spec.m, spec.k, spec.f, spec.n) == (2, 1000, 1000, 40, 1000)
+    assert (spec.b1_layout, spec.b2_layout, spec.b1_batch, spec.b2_batch) == ("kn", "nk", 2, 1)
+    assert spec.mid == "({acc} * 0.5)" and spec.epilogue == "({acc} + {v3})"
+    assert [v for _, v in kl.params] == [(2, 1000, 1000), (2, 1000, 40), (1, 1000, 40), (1000,)]
+    assert kl.flops == 2 * 2 * 1000 * 40 * (1000 + 1000)
+
+
+def test_chain_wider_than_256_is_refused():
+    g, plan = _lora_plan(f=320)
+    with pytest.raises(LoweringError, match="at most 256 stays on chip") as e:
+        match_plan(plan)
+    assert e.value.path == "kernels[0]"
+
+
+CHAIN_CASES = [
+    (GemmChainSpec(2, 1000, 1000, 40, 1000, "kn", "nk", mid="({acc} * 0.5)",
+                   epilogue="({acc} + {bias})", col_inputs=("bias",), b2_batch=1,
+                   vector_dtypes=(("bias", "float16"),), name="chain_lora"), None),
+    (GemmChainSpec(1, 256, 512, 128, 1024, "nk", "kn", mid="T.max({acc}, 0.0)",
+                   dtype="bfloat16", out_dtype="float32", name="chain_relu"),
+     GemmConfig(128, 128, 64, 2, 256, col_tiles=3)),
+]
+
+
+@pytest.mark.parametrize("spec,cfg", CHAIN_CASES, ids=[s.name for s, _ in CHAIN_CASES])
+def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg):
+    space = gemm_config_space(spec, limit=None)
+    assert space and space == gemm_config_space(spec, limit=None)
+    assert [round(gemm_cost_clk(spec, c)) for c in space] == \
+        sorted(round(gemm_cost_clk(spec, c)) for c in space)
+    cfg = cfg or space[0]
+    src = gemm_source(spec, cfg)
+    assert "H_s = T.alloc_shared" in src
+    cuda, launch = lower(tmp_path, src, spec.name)
+    groups = -(-(-(-spec.n // cfg.block_n)) // cfg.col_tiles)
+    assert launch["grid"] == (groups, -(-spec.m // cfg.block_m), spec.batch)
+    assert launch["dyn_shared_bytes"] <= chain_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
+    # two products: block_m x f_tile (whole intermediate) then block_m x block_n from H_s
+    assert re.search(rf"wgmma_ss<[^>]*, 64, {spec.f_tile}, 16,", cuda)
+    assert re.search(rf"wgmma_ss<[^>]*, 64, {cfg.block_n}, 16,", cuda)
+    assert "H_s" in cuda and "tl::tma_load(A_desc" in cuda
+    if cfg.col_tiles > 1:
+        assert re.search(rf"for \(int t = 0; t < {cfg.col_tiles}; \+\+t\)", cuda)
+        if (-(-spec.n // cfg.block_n)) % cfg.col_tiles:  # the last group has fewer tiles
+            assert f"bx_t < {-(-spec.n // cfg.block_n)}" in src
+    if spec.f_tile != spec.f:
+        assert f"T.if_then_else(j < {spec.f}," in src
+
+
+@pytest.mark.parametrize("cfg,match", [
+    (GemmConfig(128, 128, 64, 3, 256, schedule="ws"), "schedule 'auto'"),
+    (GemmConfig(128, 128, 64, 3, 384), "128 or 256"),
+    (GemmConfig(128, 128, 64, 3, 256, col_tiles=9), "col_tiles"),
+    (GemmConfig(256, 256, 64, 3, 256), "accumulator registers"),
+])
+def test_chain_config_checks(cfg, match):
+    spec = CHAIN_CASES[0][0]
+    with pytest.raises(LoweringError, match=match):
+        gemm_source(spec, cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["c_alias", "persistent_ws", "prologue", "chain", "gqa_mask",
+                                   "big_batch"])
+def test_new_gemm_paths_device_compile(tmp_path, which):
+    """nvcc accepts each new kernel path for sm_90a."""
+    spec, cfg = {
+        "c_alias": (MATMUL, COOP),
+        "persistent_ws": PERSISTENT_WS[0],
+        "prologue": (PROLOGUE_CASES[2], GemmConfig(128, 128, 64, 3, 256)),
+        "chain": (CHAIN_CASES[0][0], GemmConfig(64, 128, 64, 3, 128, col_tiles=2)),
+        "gqa_mask": (GemmSpec(6, 200, 300, 64, "nk", b_batch=2, out_dtype="float32",
+                              epilogue="T.if_then_else(({row} - {col}) >= -100, {acc}, "
+                                       "(-T.infinity(\"float32\")))", name="gqa"),
+                     GemmConfig(64, 128, 64, 2, 128, schedule="ws")),
+        "big_batch": (BIG_BATCH, GemmConfig(64, 64, 64, 2, 128, schedule="ws")),
+    }[which]
+    cuda, _ = lower(tmp_path, gemm_source(spec, cfg), spec.name, device_compile=True)
+    assert "wgmma" in cuda
 
 
 # =========================================================================================

@@ -20,69 +20,94 @@ k = 129 in fp16) are loaded by predicated copies that TileLang generates by itse
 :func:`~.gemm_spec.gemm_block_threads` for the block it then launches).
 
 The GEMM family's modules: :mod:`.gemm_spec` (spec, config, checks, resource models),
-this one (the source), :mod:`.gemm_ws_schedule` (the hand-written ``"ws"`` body),
-:mod:`.gemm_space` (the configuration space and its cost model).
+this one (the source), :mod:`.gemm_ws_schedule` (the hand-written ``"ws"`` body, one tile
+per block or persistent), :mod:`.gemm_grid` (tiles on the launch grid within its limits),
+:mod:`.gemm_expr` (prologue and epilogue fields), :mod:`.gemm_space` (the configuration
+space and its cost model), :mod:`.gemm_chain_spec` and :mod:`.gemm_chain` (two chained
+GEMMs with the intermediate on chip).
 
 Sources: the TileLang 0.1.15 lowering measured in ``../shared/design/TILELANG.md``; explicit
 MMA swizzle layouts break layout inference on sm_90 there, so shared-memory layouts are
 left to TileLang.
 
-Owns: the GEMM source text. Imports the spec module, the ``"ws"`` body and the emitter;
+Owns: the GEMM source text (the dispatch to the chain's writer included). Imports the spec
+modules, the ``"ws"`` body, the chain's writer, the grid, the expressions and the emitter;
 must not import the configuration space (:mod:`.gemm_space`).
 """
 
 from __future__ import annotations
 
 from ..emit import Lines
+from .gemm_chain import chain_source
+from .gemm_chain_spec import GemmChainSpec
+from .gemm_expr import epilogue_text, prologue_text
+from .gemm_grid import open_kernel
 from .gemm_spec import (NUM_SMS, SUMSQ_VECTOR, WARP_POLICIES, GemmConfig, GemmSpec,
-                        check_config, check_spec)
+                        check_config, check_spec, gemm_grid)
 from .gemm_ws_schedule import write_ws_body
 from .tiling import ceil_div
 
 
-def gemm_source(spec: GemmSpec, cfg: GemmConfig) -> str:
+def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
     """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
 
     The text assumes only ``import tilelang`` and ``import tilelang.language as T`` at the
     top of its module. The prim_func's parameters, in order::
 
-        A  [batch, m, k]            spec.dtype
-        B  [batch, k, n] ("kn") or [batch, n, k] ("nk")   spec.dtype
+        A  [batch, m, k]            spec.dtype   (or each A input, when there is a prologue)
+        B  [b', k, n] ("kn") or [b', n, k] ("nk")   spec.dtype, b' = spec.b_batches
         B2 same as B                (only when spec.dual)
-        <row input> [batch, m]      float32, one per spec.row_inputs, in order
+        <row input> [batch, m]      one per spec.row_inputs, in order (float32 unless
+                                    spec.vector_dtypes says otherwise; so below)
+        <column input> [n]          one per spec.col_inputs
+        <k input> [k]               one per spec.k_inputs
         C  [batch, m, n]            spec.out_dtype
 
-    Grid: ``(ceil(n / block_n), ceil(m / block_m), batch)``, or ``min(tiles, NUM_SMS)``
-    blocks when ``cfg.persistent``; block: :func:`~.gemm_spec.gemm_block_threads`
-    (``cfg.threads + 128`` when TMA loads every operand; ``"ws"``: always).
+    Grid: ``(ceil(n / block_n), ceil(m / block_m), batch)`` folded into x where y or z
+    would exceed 65535 blocks (:mod:`.gemm_grid`), or ``min(tiles, NUM_SMS)`` blocks when
+    ``cfg.persistent``; block: :func:`~.gemm_spec.gemm_block_threads` (``cfg.threads +
+    128`` when TMA loads every operand; ``"ws"``: always).
+
+    A :class:`~.gemm_chain_spec.GemmChainSpec` is written by :func:`.gemm_chain.chain_source`.
 
     Raises:
         LoweringError: an invalid spec or config (see :func:`~.gemm_spec.check_spec`,
             :func:`~.gemm_spec.check_config`).
     """
+    if isinstance(spec, GemmChainSpec):
+        return chain_source(spec, cfg)
     check_spec(spec)
     check_config(spec, cfg)
     s, c = spec, cfg
     if c.schedule == "ws":
         note = (f"tile {c.block_m}x{c.block_n}x{c.block_k}, {c.stages} stages, {c.threads} "
-                f"consumer threads, schedule ws, cluster_m {c.cluster_m}")
+                f"consumer threads, schedule ws, cluster_m {c.cluster_m}"
+                f"{', persistent' if c.persistent else ''}{', C in the ring' if c.c_alias else ''}")
     else:
         note = (f"tile {c.block_m}x{c.block_n}x{c.block_k}, {c.stages} stages, {c.threads} "
                 f"consumer threads, {c.policy}, swizzle {c.swizzle_panel}, store {c.store}, "
                 f"dual {c.dual_mode}, persistent {c.persistent}")
-    b_shape = (s.batch, s.n, s.k) if s.b_layout == "nk" else (s.batch, s.k, s.n)
-    params = [f"A: T.Tensor({(s.batch, s.m, s.k)}, \"{s.dtype}\")",
-              f"B: T.Tensor({b_shape}, \"{s.dtype}\")"]
+    bb = s.b_batches
+    b_shape = (bb, s.n, s.k) if s.b_layout == "nk" else (bb, s.k, s.n)
+    a_params = s.a_inputs or (("A", s.dtype),)
+    params = [f"{a}: T.Tensor({(s.batch, s.m, s.k)}, \"{d}\")" for a, d in a_params]
+    params.append(f"B: T.Tensor({b_shape}, \"{s.dtype}\")")
     if s.dual:
         params.append(f"B2: T.Tensor({b_shape}, \"{s.dtype}\")")
-    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"float32\")" for r in s.row_inputs]
+    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"{s.vector_dtype(r)}\")"
+               for r in s.row_inputs]
+    params += [f"{v}: T.Tensor({(s.n,)}, \"{s.vector_dtype(v)}\")" for v in s.col_inputs]
+    params += [f"{v}: T.Tensor({(s.k,)}, \"{s.vector_dtype(v)}\")" for v in s.k_inputs]
     params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
+    extra = "".join(f" {what}={val}" for what, val in (
+        ("b_batch", s.b_batch), ("prologue", s.prologue or None),
+        ("col_inputs", ",".join(s.col_inputs) or None)) if val is not None)
 
     e = Lines()
     e(f"def build_{s.name}():")
     with e.indent():
         e(f'"""{s.name}: GEMM batch={s.batch} m={s.m} n={s.n} k={s.k} B={s.b_layout} '
-          f'dual={s.dual} sumsq={s.a_row_sumsq}; {note}."""')
+          f'dual={s.dual} sumsq={s.a_row_sumsq}{extra}; {note}."""')
         e()
         e("@T.prim_func")
         e(f"def {s.name}(")
@@ -123,26 +148,29 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     b_tile = (b_n, bk) if nk else (bk, b_n)
     policy = f"T.GemmWarpPolicy.{WARP_POLICIES[c.policy]}"
     tb = ", transpose_B=True" if nk else ""
-    fields = {"acc": "acc[i, j]", "acc2": "acc2[i, j]", "ss": "ss_s[i]"}
-    fields.update({r: f"{r}_s[i]" for r in s.row_inputs})
-    epilogue = s.epilogue.format(**fields)
+    epilogue = epilogue_text(s, bm, bn)
+    pro_rows = [r for r in s.row_inputs if r in s.prologue_fields]
+    bzb = f"bz // {s.b_batch_div}" if s.b_batch_div > 1 else "bz"
 
     m_blocks, n_blocks = ceil_div(s.m, bm), ceil_div(s.n, bn)
     if c.persistent:
         grid = min(s.batch * m_blocks * n_blocks, NUM_SMS)
         e(f"with T.Kernel({grid}, threads={c.threads}) as pid:")
+        e.indent()
     else:
-        e(f"with T.Kernel({n_blocks}, {m_blocks}, {s.batch}, "
-          f"threads={c.threads}) as (bx, by, bz):")
-    e.indent()
+        open_kernel(e, gemm_grid(s, c), c.threads)
     # --- buffers
     if s.k > 0:
+        for a, d in s.a_inputs:
+            e(f'{a}_s = T.alloc_shared(({bm}, {bk}), "{d}")')
         e(f'A_s = T.alloc_shared(({bm}, {bk}), "{s.dtype}")')
         e(f'B_s = T.alloc_shared({b_tile}, "{s.dtype}")')
         if s.dual and not concat:
             e(f'B2_s = T.alloc_shared({b_tile}, "{s.dtype}")')
         if concat:
             e(f'acc_cat = T.alloc_fragment(({bm}, {2 * bn}), "float32")')
+        for kv in s.k_inputs:
+            e(f'{kv}_s = T.alloc_shared(({bk},), "{s.vector_dtype(kv)}")')
     e(f'acc = T.alloc_fragment(({bm}, {bn}), "float32")')
     if s.dual:
         # Two GEMMs into one fragment fail layout inference on sm_90 (tilelang#2547).
@@ -154,7 +182,9 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             e(f'ss = T.alloc_fragment(({bm},), "float32")')
             e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR},), "{s.dtype}")')
     for r in s.row_inputs:
-        e(f'{r}_s = T.alloc_shared(({bm},), "float32")')
+        e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
+    for cv in s.col_inputs:
+        e(f'{cv}_s = T.alloc_shared(({bn},), "{s.vector_dtype(cv)}")')
     if c.store == "tma":
         e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
     if c.persistent:
@@ -176,10 +206,22 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     if s.a_row_sumsq and s.k > 0:
         e("T.clear(sq)")
     if s.k > 0:
+        for r in pro_rows:  # the prologue reads these row vectors at every K step
+            e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
         e(f"for ko in T.Pipelined({ceil_div(s.k, bk)}, num_stages={c.stages}):")
         with e.indent():
-            e(f"T.copy(A[bz, by * {bm}, ko * {bk}], A_s)")
-            at = f"[bz, bx * {bn}, ko * {bk}]" if nk else f"[bz, ko * {bk}, bx * {bn}]"
+            if s.a_inputs:
+                for a, _ in s.a_inputs:
+                    e(f"T.copy({a}[bz, by * {bm}, ko * {bk}], {a}_s)")
+                for kv in s.k_inputs:
+                    e(f"T.copy({kv}[ko * {bk}], {kv}_s)")
+                e(f"for i, j in T.Parallel({bm}, {bk}):")
+                with e.indent():
+                    e(f"A_s[i, j] = {prologue_text(s, bm, bk)}")
+            else:
+                e(f"T.copy(A[bz, by * {bm}, ko * {bk}], A_s)")
+            at = (f"[{bzb}, bx * {bn}, ko * {bk}]" if nk
+                  else f"[{bzb}, ko * {bk}, bx * {bn}]")
             if concat:
                 lo, hi = ((f"B_s[0:{bn}, :]", f"B_s[{bn}:{2 * bn}, :]") if nk
                           else (f"B_s[:, 0:{bn}]", f"B_s[:, {bn}:{2 * bn}]"))
@@ -219,7 +261,10 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         else:
             e("T.fill(ss_s, 0.0)")
     for r in s.row_inputs:
-        e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
+        if r not in pro_rows or s.k == 0:
+            e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
+    for cv in s.col_inputs:
+        e(f"T.copy({cv}[bx * {bn}], {cv}_s)")
     if epilogue.strip() != "acc[i, j]":
         e(f"for i, j in T.Parallel({bm}, {bn}):")
         with e.indent():

@@ -1,8 +1,10 @@
 """The GEMM family's configuration space and the cost model that orders it.
 
 :func:`gemm_config_space` enumerates tile shapes × stages × thread counts × schedules
-(``"auto"`` with optional raster swizzle or persistence, ``"ws"`` with 1- or 2-CTA
-clusters), keeps those :func:`~.gemm_spec.check_config` accepts, and orders them by
+(``"auto"`` with optional raster swizzle or persistence; ``"ws"`` with 1- or 2-CTA
+clusters, persistent when the tiles take several waves, and with C staged in the ring where
+C's own tile is what keeps a ring depth from fitting), keeps those
+:func:`~.gemm_spec.check_config` accepts, and orders them by
 :func:`gemm_cost_clk`, a per-K-step roofline of one block (tensor cores, shared memory, L2)
 in SM clocks.
 
@@ -10,16 +12,18 @@ Sources: H100/H200 rates (2048 dense fp16 FMA per SM clock: 989 TFLOP/s at 1.83 
 :data:`~.gemm_spec.NUM_SMS` SMs; 128 B/clk shared memory per SM); the L2 and overhead
 figures are round model numbers, good for ordering, not prediction.
 
-Owns: the space and the cost model. Imports the spec module (:mod:`.gemm_spec`) and the
-dtypes; must not import a source writer.
+Owns: the space and the cost model (dispatching a chain's to :mod:`.gemm_chain_spec`).
+Imports the spec modules and the dtypes; must not import a source writer.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from ...dtypes import itemsize
 from ...errors import LoweringError
+from .gemm_chain_spec import GemmChainSpec, chain_config_space, chain_cost_clk
 from .gemm_spec import NUM_SMS, GemmConfig, GemmSpec, check_config, check_spec
 from .tiling import ceil_div
 
@@ -56,14 +60,19 @@ def _warpgroup_tile(cfg: GemmConfig) -> tuple[int, int]:
     return cfg.block_m, cfg.block_n // wgs
 
 
-def gemm_cost_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> float:
+def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
+                  num_sms: int = NUM_SMS) -> float:
     """A cheap time estimate of one launch, in SM clocks (for ordering, not prediction).
+
+    A chain's is :func:`~.gemm_chain_spec.chain_cost_clk`.
 
     Per K step a block is bound by the tensor cores (``block_m·block_n·block_k`` FMAs per
     GEMM at 2048 FMA/clk) or by shared memory (each ``wgmma m64nNk16`` reads its 64×16 A
     and 16×N B slices; TMA writes the A/B tiles; the sum-of-squares reads the A tile
     again), plus a fixed synchronisation cost; tiles run in waves of ``num_sms``.
     """
+    if isinstance(spec, GemmChainSpec):
+        return chain_cost_clk(spec, cfg, num_sms)
     n_gemm = 2 if spec.dual else 1
     ib = itemsize(spec.dtype)
     wg_m, wg_n = _warpgroup_tile(cfg)
@@ -95,8 +104,10 @@ def gemm_cost_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> fl
     return waves * (mainloop + _TILE_OVERHEAD_CLK)
 
 
-def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig]:
-    """Candidate configs for ``spec``, pruned and ordered best-first; deterministic.
+def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
+                      ) -> list[GemmConfig]:
+    """Candidate configs for ``spec``, pruned and ordered best-first; deterministic (a
+    chain's: :func:`~.gemm_chain_spec.chain_config_space`).
 
     Every candidate uses the FullRow warp policy (each consumer warpgroup issues
     ``wgmma m64nNk16`` over the whole tile width, the fewest shared-memory operand reads
@@ -116,6 +127,8 @@ def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig
     Raises:
         LoweringError: an invalid spec.
     """
+    if isinstance(spec, GemmChainSpec):
+        return chain_config_space(spec, limit)
     check_spec(spec)
     m_cap = max(64, 1 << (spec.m - 1).bit_length())
     n_cap = max(64, 1 << (spec.n - 1).bit_length())
@@ -134,19 +147,30 @@ def gemm_config_space(spec: GemmSpec, limit: int | None = 48) -> list[GemmConfig
         variants = [GemmConfig(bm, bn, bk, stages, threads, swizzle, "full_row",
                                dual_mode=mode, persistent=persistent)
                     for (swizzle, persistent), mode in itertools.product(schedules, modes)]
-        variants += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
-                                cluster_m=cm) for cm in (2, 1)]
-        for cfg in variants:
+        ws = [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
+                         cluster_m=cm) for cm in (2, 1)]
+        if tiles > NUM_SMS:  # a persistent "ws" grid, its ring running on across tiles
+            ws += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
+                              cluster_m=cm, persistent=True) for cm in (2, 1)]
+        for cfg in variants + ws:
             try:
                 check_config(spec, cfg)
             except LoweringError:
+                if cfg.schedule == "ws" and not cfg.persistent:
+                    # C staged in the ring: only where C's own tile is what does not fit
+                    alias = replace(cfg, c_alias=True)
+                    try:
+                        check_config(spec, alias)
+                    except LoweringError:
+                        continue
+                    cands[alias] = None
                 continue
             cands[cfg] = None
 
     def key(c: GemmConfig) -> tuple:
         return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
                 -c.cluster_m, -c.swizzle_panel, -c.stages, c.block_m * c.block_n, c.block_k,
-                c.threads, c.block_m, c.block_n)
+                c.threads, c.block_m, c.block_n, c.persistent, c.c_alias)
 
     ordered = sorted(cands, key=key)
     return ordered if limit is None else ordered[:limit]

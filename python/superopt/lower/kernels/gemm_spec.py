@@ -4,13 +4,24 @@ and whether the schedule fits: the checks and the resource models behind them.
 The GEMM template, with a leading batch axis on every tensor (size 1 when the graph has
 none)::
 
-    acc [b, m, n]  = A [b, m, k] @ B [b, k, n]      (B as [b, n, k] when ``b_layout == "nk"``)
+    A   [b, m, k]  = prologue(A inputs [b, m, k], row inputs [b, m], k inputs [k])
+                     (or the A parameter itself when there is no prologue)
+    acc [b, m, n]  = A [b, m, k] @ B [b', k, n]      (B as [b', n, k] when ``b_layout == "nk"``)
     acc2[b, m, n]  = A @ B2                          (``dual``: FFN gate/up, sharing each A tile)
     ss  [b, m]     = sum_k float(A[b, m, k])^2       (``a_row_sumsq``: FlashNorm's RMS statistic)
-    C   [b, m, n]  = epilogue(acc, acc2, ss, row inputs [b, m])
+    C   [b, m, n]  = epilogue(acc, acc2, ss, row inputs [b, m], column inputs [n], positions)
+
+B's batch ``b'`` is ``b`` or a divisor of it (``b_batch``): batch ``z`` of A and C reads
+batch ``z // (b / b')`` of B, so the K/V heads of grouped-query attention are read in place
+by every query head of their group (Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``: A's
+batch is ``b·g·r``, B's ``b·g``). Prologue and epilogue may read the integer position of the
+element they compute (``{row}``, ``{col}``/``{kpos}``, ``{batch}``), which is how masks
+(``band``) render.
 
 A, B, B2 are a storage dtype (:data:`superopt.dtypes.STORAGE_DTYPES`: fp16 or bf16),
-accumulation is fp32, C is a storage dtype or fp32. All tensors are contiguous row-major.
+accumulation is fp32, C is a storage dtype or fp32; A inputs, row, column and k inputs are a
+storage dtype or fp32 (vectors are fp32 unless ``vector_dtypes`` says otherwise). All tensors
+are contiguous row-major and have fewer than 2^31 elements (int32 indexing).
 
 Public API: :class:`GemmSpec`, :class:`GemmConfig`, :func:`check_spec`, :func:`check_config`;
 the models behind the pruning: :func:`gemm_smem_bytes`, :func:`gemm_accum_registers`,
@@ -34,6 +45,7 @@ from dataclasses import dataclass
 from ...dtypes import itemsize
 from ...errors import LoweringError
 from ..target import HOPPER
+from .gemm_grid import GemmGrid, plan_grid
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div
 
@@ -51,7 +63,16 @@ NUM_SMS = HOPPER.num_sms
 WARP_POLICIES = {"square": "Square", "full_row": "FullRow", "full_col": "FullCol"}
 #: A elements one thread squares per step of the sum-of-squares (16 bytes of fp16).
 SUMSQ_VECTOR = 8
-_RESERVED = {"A", "B", "B2", "C", "T", "tilelang", "acc", "acc2", "ss"}
+#: Format fields giving the position of the element a prologue / an epilogue computes:
+#: the row of A and C (``< m``), the column of C (``< n``) or of A (``kpos``, ``< k``), and
+#: the batch index (``< batch``); each an int32 expression.
+EPILOGUE_POSITIONS = ("row", "col", "batch")
+PROLOGUE_POSITIONS = ("row", "kpos", "batch")
+#: Tensors must have fewer elements than this (the kernels index with int32).
+MAX_ELEMENTS = 2 ** 31
+_RESERVED = {"A", "B", "B2", "C", "T", "tilelang", "acc", "acc2", "ss", "row", "col", "kpos",
+             "batch", "bx", "by", "bz", "bxz", "bxyz", "pid", "tx", "i", "j", "v", "ko",
+             "full", "empty", "sq", "a_vec", "acc_cat", "A_s", "B_s", "B2_s", "C_s"}
 
 
 @dataclass(frozen=True)
@@ -67,13 +88,28 @@ class GemmSpec:
             tiles into a second fp32 accumulator ``acc2``.
         a_row_sumsq: also accumulate ``ss[b, i] = sum_k float(A[b, i, k])**2`` in fp32 from
             the A tiles already in shared memory.
-        row_inputs: names of extra fp32 inputs, each ``[batch, m]``, readable in the
-            epilogue as ``{name}``.
+        row_inputs: names of extra inputs, each ``[batch, m]``, readable in the epilogue
+            (and the prologue) as ``{name}``, in fp32.
         epilogue: a TileLang fp32 expression with format fields ``{acc}``, ``{acc2}``,
-            ``{ss}`` and ``{<row input>}``; e.g. ``"{acc} * T.sigmoid({acc}) * {acc2}"``.
+            ``{ss}``, ``{<row input>}``, ``{<column input>}`` and the positions ``{row}``,
+            ``{col}``, ``{batch}``; e.g. ``"{acc} * T.sigmoid({acc}) * {acc2}"``.
         dtype: A, B, B2 element type, ``"float16"`` or ``"bfloat16"``.
         out_dtype: C element type, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
         name: Python identifier; the generated builder is ``build_<name>``.
+        b_batch: B's (and B2's) leading batch extent, a divisor of ``batch``; ``None``:
+            ``batch``. Batch ``z`` of A and C reads batch ``z // (batch // b_batch)`` of B.
+        col_inputs: names of extra inputs, each ``[n]``, readable in the epilogue as
+            ``{name}`` (a bias, the column sums of a folded LayerNorm), in fp32.
+        k_inputs: names of extra inputs, each ``[k]``, readable in the prologue as
+            ``{name}`` (e.g. a norm's weight), in fp32.
+        a_inputs: ``(name, dtype)`` of the ``[batch, m, k]`` tensors the prologue reads; when
+            given, A is no parameter but ``prologue`` computed on their tiles.
+        prologue: the A operand as a TileLang fp32 expression with format fields
+            ``{<A input>}``, ``{<row input>}``, ``{<k input>}`` and the positions ``{row}``,
+            ``{kpos}``, ``{batch}``; rounded to ``dtype`` for the tensor cores (and for the
+            sum of squares). Empty when there is no prologue.
+        vector_dtypes: ``(name, dtype)`` of the row, column and k inputs stored in a
+            16-bit dtype (the others are float32).
     """
 
     batch: int
@@ -88,6 +124,31 @@ class GemmSpec:
     dtype: str = "float16"
     out_dtype: str = "float16"
     name: str = "gemm"
+    b_batch: int | None = None
+    col_inputs: tuple[str, ...] = ()
+    k_inputs: tuple[str, ...] = ()
+    a_inputs: tuple[tuple[str, str], ...] = ()
+    prologue: str = ""
+    vector_dtypes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def b_batches(self) -> int:
+        """B's leading batch extent."""
+        return self.batch if self.b_batch is None else self.b_batch
+
+    @property
+    def b_batch_div(self) -> int:
+        """Batches of A and C per batch of B (1 unless B is shared by a group)."""
+        return self.batch // self.b_batches
+
+    def vector_dtype(self, name: str) -> str:
+        """The element type of row, column or k input ``name``."""
+        return dict(self.vector_dtypes).get(name, "float32")
+
+    @property
+    def prologue_fields(self) -> tuple[str, ...]:
+        """The format fields the prologue reads, in order, without repeats."""
+        return tuple(dict.fromkeys(format_fields(self.prologue, "prologue")))
 
 
 @dataclass(frozen=True)
@@ -119,12 +180,22 @@ class GemmConfig:
             ``T.Persistent`` (grouped raster order, ``swizzle_panel`` column tiles per
             group, or the largest of 8/4/2/1 dividing the column tiles when 0). The K ring
             then stays apart from the C staging tile, so the next tile's loads overlap this
-            tile's epilogue; worth it when the tiles take several waves.
+            tile's epilogue; worth it when the tiles take several waves. With ``"ws"``:
+            one block (or one ``cluster_m`` cluster) per SM walking the tiles
+            (:mod:`.gemm_ws_schedule`), the producer's ring running on across tiles.
         schedule: ``"auto"``: ``T.Pipelined`` + ``T.gemm``, warp-specialised by TileLang
             (:mod:`.gemm`); ``"ws"``: the hand-written producer/consumer schedule of
             :mod:`.gemm_ws_schedule` (one wgmma batch kept in flight across K steps).
         cluster_m: ``"ws"`` only: CTAs per cluster along the row tiles (1 or 2); with 2,
             each B tile is loaded once and multicast to both CTAs.
+        c_alias: ``"ws"`` only: stage C through the A ring's slots (the ring is idle once
+            the last K step is consumed) instead of a shared tile of its own, so that a
+            deeper ring fits (256×128×64 at 4 stages, as cuBLAS's kernel runs); needs C in
+            the operand dtype, ``block_n`` a multiple of ``block_k`` and ``block_n /
+            block_k <= stages``, and no persistent grid.
+        col_tiles: GEMM chains only (:mod:`.gemm_chain_spec`): output column tiles one
+            block computes in turn from its on-chip intermediate tile (1: one block per
+            column tile, each recomputing the first product); 1 for every other GEMM.
     """
 
     block_m: int
@@ -139,37 +210,117 @@ class GemmConfig:
     persistent: bool = False
     schedule: str = "auto"
     cluster_m: int = 1
+    c_alias: bool = False
+    col_tiles: int = 1
+
+
+_CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, "threads": int,
+                 "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
+                 "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
+                 "col_tiles": int}
+
+
+def _check_types(obj, types: dict, what: str) -> None:
+    """Each field of ``obj`` has its type (bool is not an int here)."""
+    for name, want in types.items():
+        v = getattr(obj, name)
+        if want is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise LoweringError(f"{what} {name} must be an integer, got {v!r}")
+        if want is not int and not isinstance(v, want):
+            raise LoweringError(f"{what} {name} must be a {want.__name__}, got {v!r}")
+
+
+_SPEC_TYPES = {"batch": int, "m": int, "n": int, "k": int, "b_layout": str, "dual": bool,
+               "a_row_sumsq": bool, "row_inputs": tuple, "epilogue": str, "dtype": str,
+               "out_dtype": str, "name": str, "col_inputs": tuple, "k_inputs": tuple,
+               "a_inputs": tuple, "prologue": str, "vector_dtypes": tuple}
+
+
+def _check_input_name(name: object, what: str) -> None:
+    if not isinstance(name, str):
+        raise LoweringError(f"{what} name must be a string, got {name!r}")
+    check_identifier(name, what)
+    if name in _RESERVED or name.startswith(("build_", "_")):
+        raise LoweringError(f"{what} name {name!r} is reserved")
+
+
+def _check_fields(expr: str, what: str, allowed: set[str]) -> None:
+    for field in format_fields(expr, what):
+        if field not in allowed:
+            raise LoweringError(f"{what} {expr!r} uses {{{field}}}, but this GEMM provides "
+                                f"only {sorted(allowed)}")
 
 
 def check_spec(spec: GemmSpec) -> None:
     """Validate a spec.
 
     Raises:
-        LoweringError: a size out of range, an unknown layout or dtype, a bad name, or an
-            epilogue that names a field the spec does not provide.
+        LoweringError: a field of the wrong type, a size out of range (a tensor of 2^31
+            elements or more included), a B batch that does not divide the batch, an unknown
+            layout or dtype, a bad or repeated name, or a prologue or epilogue that names a
+            field the spec does not provide.
     """
+    _check_types(spec, _SPEC_TYPES, "GEMM spec")
+    if spec.b_batch is not None:
+        _check_types(spec, {"b_batch": int}, "GEMM spec")
     if spec.batch < 1 or spec.m < 1 or spec.n < 1 or spec.k < 0:
         raise LoweringError(
             f"GEMM sizes must be batch, m, n >= 1 and k >= 0; got batch={spec.batch} "
             f"m={spec.m} n={spec.n} k={spec.k}")
+    if spec.b_batch is not None and not (1 <= spec.b_batch <= spec.batch
+                                         and spec.batch % spec.b_batch == 0):
+        raise LoweringError(f"b_batch must divide batch={spec.batch}, got {spec.b_batch}")
     if spec.b_layout not in ("kn", "nk"):
         raise LoweringError(f"b_layout must be 'kn' or 'nk', got {spec.b_layout!r}")
+    for what, count in (("A", spec.batch * spec.m * spec.k), ("B", spec.b_batches * spec.k * spec.n),
+                        ("C", spec.batch * spec.m * spec.n)):
+        if count >= MAX_ELEMENTS:
+            raise LoweringError(f"GEMM {what} has {count} elements; the kernels index with "
+                                f"int32 and take fewer than {MAX_ELEMENTS}")
     check_dtype(spec.dtype, "GEMM operand dtype")
     check_dtype(spec.out_dtype, "GEMM out_dtype", float32=True)
     check_identifier(spec.name, "kernel name")
-    for r in spec.row_inputs:
-        check_identifier(r, "row input")
-        if r in _RESERVED or r.startswith(("build_", "_")):
-            raise LoweringError(f"row input name {r!r} is reserved")
+    names: list[str] = []
+    for what, group in (("row input", spec.row_inputs), ("column input", spec.col_inputs),
+                        ("k input", spec.k_inputs)):
+        for r in group:
+            _check_input_name(r, what)
+            names.append(r)
+    for item in spec.a_inputs:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise LoweringError(f"an A input is a (name, dtype) pair, got {item!r}")
+        _check_input_name(item[0], "A input")
+        check_dtype(item[1], f"A input {item[0]!r} dtype", float32=True)
+        names.append(item[0])
     if len(set(spec.row_inputs)) != len(spec.row_inputs):
         raise LoweringError(f"duplicate row input names {spec.row_inputs}")
+    if len(set(names)) != len(names):
+        raise LoweringError(f"duplicate input names {tuple(names)}")
+    vectors = set(spec.row_inputs) | set(spec.col_inputs) | set(spec.k_inputs)
+    for item in spec.vector_dtypes:
+        if not (isinstance(item, tuple) and len(item) == 2) or item[0] not in vectors:
+            raise LoweringError(f"vector_dtypes entry {item!r} names no row, column or k input")
+        check_dtype(item[1], f"input {item[0]!r} dtype", float32=True)
+    if bool(spec.a_inputs) != bool(spec.prologue):
+        raise LoweringError("a prologue and its A inputs come together (got "
+                            f"a_inputs={spec.a_inputs!r}, prologue={spec.prologue!r})")
+    if spec.prologue:
+        _check_fields(spec.prologue, "prologue", {a for a, _ in spec.a_inputs} |
+                      set(spec.row_inputs) | set(spec.k_inputs) | set(PROLOGUE_POSITIONS))
+    elif spec.k_inputs:
+        raise LoweringError(f"k inputs {spec.k_inputs} need a prologue to read them")
     allowed = {"acc"} | ({"acc2"} if spec.dual else set()) | ({"ss"} if spec.a_row_sumsq else set())
-    allowed |= set(spec.row_inputs)
-    for field in format_fields(spec.epilogue, "epilogue"):
-        if field not in allowed:
-            raise LoweringError(
-                f"epilogue {spec.epilogue!r} uses {{{field}}}, but this GEMM provides only "
-                f"{sorted(allowed)}")
+    allowed |= set(spec.row_inputs) | set(spec.col_inputs) | set(EPILOGUE_POSITIONS)
+    _check_fields(spec.epilogue, "epilogue", allowed)
+
+
+def check_config_fields(cfg: GemmConfig) -> None:
+    """Check the types of a config's fields (every GEMM variant's first check).
+
+    Raises:
+        LoweringError: a field of the wrong type (``bool`` is not an integer here).
+    """
+    _check_types(cfg, _CONFIG_TYPES, "GEMM config")
 
 
 def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
@@ -180,8 +331,13 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             (wrong results on sm_90, tile-ai/tilelang#2593), shared memory over
             :data:`SMEM_LIMIT_BYTES`, accumulators over ``min(ACCUM_REGS_LIMIT,
             gemm_register_cap(spec, cfg) - 32)`` registers per consumer thread, or a
-            combination of options that TileLang 0.1.15 miscompiles (see the comments).
+            combination of options that TileLang 0.1.15 miscompiles (see the comments); a
+            field of the wrong type.
     """
+    check_config_fields(cfg)
+    if cfg.col_tiles != 1:
+        raise LoweringError(f"col_tiles is for GEMM chains; a single GEMM needs 1, got "
+                            f"{cfg.col_tiles}")
     if cfg.threads not in (128, 256, 384):
         raise LoweringError(f"threads must be 128, 256 or 384 consumer threads, got {cfg.threads}")
     wgs = cfg.threads // 128
@@ -212,8 +368,9 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
     if cfg.cluster_m not in (1, 2):
         raise LoweringError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
     if cfg.schedule == "ws":
-        if cfg.persistent or spec.a_row_sumsq or spec.k == 0:
-            raise LoweringError("schedule 'ws' supports neither persistent, a_row_sumsq nor k == 0")
+        if spec.a_row_sumsq or spec.k == 0 or spec.prologue:
+            raise LoweringError("schedule 'ws' supports neither a_row_sumsq, a prologue nor "
+                                "k == 0")
         if not all(gemm_tma_operands(spec)):
             raise LoweringError("schedule 'ws' needs TMA-loadable operands (16-byte row pitch)")
         if cfg.store != "tma" or cfg.policy != "full_row" or cfg.swizzle_panel:
@@ -233,8 +390,21 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
         if ceil_div(spec.m, cfg.block_m) % cfg.cluster_m:
             raise LoweringError(f"cluster_m={cfg.cluster_m} must divide the "
                                 f"{ceil_div(spec.m, cfg.block_m)} row tiles")
+        if cfg.c_alias:
+            if cfg.persistent:
+                # the producer already fills the ring with the next tile's K steps
+                raise LoweringError("c_alias cannot stage C in the ring of a persistent kernel")
+            if itemsize(spec.out_dtype) != itemsize(spec.dtype):
+                raise LoweringError(f"c_alias needs C in the operand dtype's width, got "
+                                    f"out_dtype {spec.out_dtype} for {spec.dtype} operands")
+            if cfg.block_n % cfg.block_k or cfg.block_n // cfg.block_k > cfg.stages:
+                raise LoweringError(
+                    f"c_alias stages C in block_n / block_k A slots: needs block_n % block_k "
+                    f"== 0 and at most {cfg.stages} slots, got {cfg.block_n}/{cfg.block_k}")
     elif cfg.cluster_m != 1:
         raise LoweringError("cluster_m > 1 needs schedule 'ws'")
+    elif cfg.c_alias:
+        raise LoweringError("c_alias needs schedule 'ws'")
     if cfg.block_m % 64 or cfg.block_m < 64:
         raise LoweringError(f"block_m must be a multiple of 64 (wgmma M), got {cfg.block_m}")
     if cfg.block_n % 16 or not 16 <= cfg.block_n <= 256:
@@ -247,6 +417,12 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
         raise LoweringError(f"stages must be in [1, 8], got {cfg.stages}")
     if cfg.swizzle_panel < 0:
         raise LoweringError(f"swizzle_panel must be >= 0, got {cfg.swizzle_panel}")
+    if cfg.swizzle_panel and not cfg.persistent and gemm_grid(spec, cfg).layout != "xyz":
+        # T.use_swizzle rasterises blockIdx.x/y of a (columns, rows) grid, which a folded
+        # grid is not.
+        raise LoweringError(f"swizzle_panel needs the (columns, rows, batch) grid; this GEMM's "
+                            f"{gemm_grid(spec, cfg).launch} grid folds its batch or rows "
+                            "into x")
     # How the consumer warpgroups tile the block: each one needs whole wgmma atoms.
     if cfg.policy == "full_row" and cfg.block_m % (64 * wgs):
         raise LoweringError(f"full_row needs block_m % {64 * wgs} == 0, got {cfg.block_m}")
@@ -268,10 +444,17 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
 
 
 def gemm_tma_operands(spec: GemmSpec) -> tuple[bool, bool]:
-    """Whether TMA can load A, and B (and B2): a row pitch that is a multiple of 16 bytes."""
+    """Whether TMA can load A (every A input, with a prologue), and B (and B2): a row pitch
+    that is a multiple of 16 bytes."""
     ib = itemsize(spec.dtype)
     b_pitch = (spec.n if spec.b_layout == "kn" else spec.k) * ib
-    return (spec.k * ib) % 16 == 0, b_pitch % 16 == 0
+    a_dtypes = [d for _, d in spec.a_inputs] or [spec.dtype]
+    return all((spec.k * itemsize(d)) % 16 == 0 for d in a_dtypes), b_pitch % 16 == 0
+
+
+def gemm_grid(spec: GemmSpec, cfg: GemmConfig) -> GemmGrid:
+    """The launch grid of a non-persistent kernel (:func:`.gemm_grid.plan_grid`)."""
+    return plan_grid(ceil_div(spec.n, cfg.block_n), ceil_div(spec.m, cfg.block_m), spec.batch)
 
 
 def gemm_block_threads(spec: GemmSpec, cfg: GemmConfig) -> int:
@@ -313,25 +496,35 @@ def gemm_accum_registers(spec: GemmSpec, cfg: GemmConfig) -> int:
 def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     """Dynamic shared memory of one block, in bytes (an upper bound on TileLang's plan).
 
-    The K ring holds ``stages`` × (A tile + B tile [+ B2 tile]); the C staging tile is
-    live only after the K loop, and TileLang's storage planner lets it reuse the ring
-    (measured on 0.1.15: 128×256×64, 4 stages, fp16 → 196608 bytes, exactly the ring), so
-    the bound is the larger of the two plus the small per-row vectors; a persistent
-    kernel keeps both (the sum).
+    The K ring holds ``stages`` × (A tile + B tile [+ B2 tile]); with a prologue, the A
+    inputs' tiles take the A tile's place in the ring and the computed A tile comes once
+    more per stage. The C staging tile is live only after the K loop, and TileLang's
+    storage planner lets it reuse the ring (measured on 0.1.15: 128×256×64, 4 stages, fp16
+    → 196608 bytes, exactly the ring), so the bound is the larger of the two plus the small
+    vectors; a persistent kernel keeps both (the sum), and so does ``"ws"`` unless
+    ``c_alias`` stages C in the ring itself.
     """
     ib = itemsize(spec.dtype)
     n_b = 2 if spec.dual else 1
-    ring = cfg.stages * (cfg.block_m * cfg.block_k + n_b * cfg.block_k * cfg.block_n) * ib
+    a_tile = cfg.block_m * cfg.block_k * ib
+    if spec.a_inputs:
+        a_tile += sum(cfg.block_m * cfg.block_k * itemsize(d) for _, d in spec.a_inputs)
+    ring = cfg.stages * (a_tile + n_b * cfg.block_k * cfg.block_n * ib)
     if spec.k == 0:
         ring = 0
     c_stage = cfg.block_m * cfg.block_n * itemsize(spec.out_dtype) if cfg.store == "tma" else 0
-    rows = 4 * cfg.block_m * (len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0))
+    rows = sum(cfg.block_m * itemsize(spec.vector_dtype(r)) for r in spec.row_inputs)
+    rows += 4 * cfg.block_m * (1 if spec.a_row_sumsq else 0)
+    rows += sum(cfg.block_n * itemsize(spec.vector_dtype(c)) for c in spec.col_inputs)
+    rows += sum(cfg.stages * cfg.block_k * itemsize(spec.vector_dtype(c)) for c in spec.k_inputs)
     # 1 KiB alignment per buffer (TMA/wgmma swizzled buffers are 1024-byte aligned).
-    n_buffers = 2 + (1 if spec.dual else 0) + len(spec.row_inputs) + (1 if spec.a_row_sumsq else 0)
+    n_buffers = (2 + (1 if spec.dual else 0) + len(spec.row_inputs) + len(spec.a_inputs) +
+                 len(spec.col_inputs) + len(spec.k_inputs) + (1 if spec.a_row_sumsq else 0))
+    if cfg.schedule == "ws" and cfg.c_alias:
+        return ring + rows + 1024 * n_buffers
     if cfg.persistent or cfg.schedule == "ws":
         # persistent: the ring stays live across tiles; ws: the producer's and consumers'
         # branches run concurrently, so TileLang's planner gives C its own buffer
         # (measured: 128x256x64, 3 stages, fp16 -> 212992 bytes = ring + C)
         return ring + c_stage + rows + 1024 * n_buffers
     return max(ring, c_stage) + rows + 1024 * n_buffers
-

@@ -6,24 +6,40 @@ warpgroups issue step ``i``, then wait for step ``i - 1`` only, and release its 
 producer warpgroup refills the ring with TMA as slots free. With ``cluster_m == 2`` two
 CTAs over adjacent row tiles share each B tile (TMA multicast).
 
+Three variants, by configuration:
+
+* one block per output tile (the default);
+* ``c_alias``: C is staged through the A ring's slots once the last K step is consumed, so
+  no shared tile of its own is needed and a deeper ring fits (256×128×64 with 4 stages, the
+  tile and depth of cuBLAS's ``nvjet ... 256x128_64x4_1x2 ... coopA`` kernel: two consumer
+  warpgroups splitting the 256 rows, 128×128 each);
+* ``persistent``: ``min(units, NUM_SMS)`` blocks (clusters of ``cluster_m``), each walking
+  the output tiles ``u = cluster, cluster + clusters, ...``; the ring's slot and phase run
+  on across tiles, so the producer loads the next tile's first K steps while the consumers
+  finish this tile's epilogue.
+
 :func:`write_ws_body` writes the prim_func body; :func:`.gemm.gemm_source` wraps it in the
 builder and signature shared by every GEMM schedule and validates the spec and config
 first (:func:`~.gemm_spec.check_config` lists what ``"ws"`` supports: TMA-loadable
-operands, ``stages >= 2``, no dual GEMM, no row sum of squares, no persistent grid).
+operands, ``stages >= 2``, no dual GEMM, no row sum of squares, no prologue).
 
 Sources: CUTLASS's ``PipelineTmaAsync`` consumer release (one arrival per consumer
-warpgroup on every CTA's empty barrier of the slot); the measurements behind the
-restrictions are cited in :func:`~.gemm_spec.check_config`.
+warpgroup on every CTA's empty barrier of the slot) and its persistent tile scheduler (a
+static stride over the tiles); the measurements behind the restrictions are cited in
+:func:`~.gemm_spec.check_config`.
 
-Owns: the ``"ws"`` body text. Imports the spec module, the target and the emitter; must not
-import :mod:`.gemm` (which imports this) or the configuration space.
+Owns: the ``"ws"`` body text. Imports the spec module, the grid, the expressions, the target
+and the emitter; must not import :mod:`.gemm` (which imports this) or the configuration
+space.
 """
 
 from __future__ import annotations
 
 from ..emit import Lines
 from ..target import HOPPER
-from .gemm_spec import GemmConfig, GemmSpec
+from .gemm_expr import epilogue_text
+from .gemm_grid import open_kernel
+from .gemm_spec import GemmConfig, GemmSpec, gemm_grid
 from .tiling import ceil_div
 
 #: Registers per thread the producer warpgroup keeps (``setmaxnreg`` 24); the consumers
@@ -31,10 +47,45 @@ from .tiling import ceil_div
 PRODUCER_REGS = 24
 
 
+def ws_units(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Work units of a persistent ``"ws"`` kernel: groups of ``cluster_m`` adjacent row
+    tiles of one column tile and batch."""
+    return (spec.batch * ceil_div(spec.m, cfg.block_m) // cfg.cluster_m *
+            ceil_div(spec.n, cfg.block_n))
+
+
+def ws_persistent_blocks(spec: GemmSpec, cfg: GemmConfig, num_sms: int = HOPPER.num_sms) -> int:
+    """Blocks a persistent ``"ws"`` kernel launches: one cluster per ``cluster_m`` SMs, no
+    more clusters than units."""
+    return min(ws_units(spec, cfg), num_sms // cfg.cluster_m) * cfg.cluster_m
+
+
+class _Ring:
+    """Text of the ring's slot/phase arithmetic and of the consumer release."""
+
+    def __init__(self, e: Lines, cfg: GemmConfig) -> None:
+        self.e, self.st, self.cm = e, cfg.stages, cfg.cluster_m
+
+    def slot(self, i: str) -> str:
+        return f"({i}) % {self.st}" if self.st > 1 else "0"
+
+    def parity(self, i: str) -> str:
+        return f"(({i}) // {self.st}) % 2" if self.st > 1 else f"({i}) % 2"
+
+    def release(self, i: str) -> None:
+        e = self.e
+        if self.cm > 1:
+            # lane 0 of warp r of each consumer warpgroup signals CTA rank r
+            e(f"if tx % 128 < {32 * self.cm} and tx % 32 == 0:")
+            with e.indent():
+                e(f"T.mbarrier_arrive(empty[{self.slot(i)}], (tx % 128) // 32)")
+        else:
+            e(f"T.mbarrier_arrive(empty[{self.slot(i)}])")
+
+
 def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     """Write the prim_func body of the ``"ws"`` schedule at ``e``'s depth (``spec`` and
-    ``cfg`` already checked; same parameters, grid and output as
-    :func:`.gemm.gemm_source`).
+    ``cfg`` already checked; same parameters and output as :func:`.gemm.gemm_source`).
 
     Threads ``[0, cfg.threads)`` are the consumer warpgroups (FullRow: warpgroup w owns
     rows ``[w·block_m/W, (w+1)·block_m/W)`` of the tile), threads ``[cfg.threads,
@@ -52,7 +103,8 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     "Release" is one arrival per consumer warpgroup on the slot's empty barrier of every
     CTA in the cluster (CUTLASS's ``PipelineTmaAsync`` consumer release; lane 0 of warp r
     of the warpgroup signals CTA rank r). A cluster barrier after the mbarrier set-up and
-    one before exit keep remote arrivals inside both CTAs' lifetimes.
+    one before exit keep remote arrivals inside both CTAs' lifetimes. A persistent kernel
+    runs the same steps for each of its tiles with ``i`` counted across its tiles.
     """
     s, c = spec, cfg
     bm, bn, bk, st, cm = c.block_m, c.block_n, c.block_k, c.stages, c.cluster_m
@@ -62,95 +114,132 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     nsteps = ceil_div(s.k, bk)
     b_tile = (st, bn, bk) if nk_layout else (st, bk, bn)
     tb = ", transpose_B=True" if nk_layout else ""
-    fields = {"acc": "acc[i, j]"}
-    fields.update({r: f"{r}_s[i]" for r in s.row_inputs})
-    epilogue = s.epilogue.format(**fields)
+    epilogue = epilogue_text(s, bm, bn)
     regs_acc = bm * bn // ncons
     # consumer share of the register file after the producer's registers
     nreg = min(240, (HOPPER.regs_per_sm - 128 * PRODUCER_REGS) // ncons // 8 * 8)
-
-    def slot(i: str) -> str:
-        return f"({i}) % {st}" if st > 1 else "0"
-
-    def parity(i: str) -> str:
-        return f"(({i}) // {st}) % 2" if st > 1 else f"({i}) % 2"
+    ring = _Ring(e, c)
+    slot, parity = ring.slot, ring.parity
+    bzb = f"bz // {s.b_batch_div}" if s.b_batch_div > 1 else "bz"
 
     def b_src(i: str) -> str:
         if nk_layout:
-            return f"B[bz, bx * {bn}:(bx + 1) * {bn}, ({i}) * {bk}:({i} + 1) * {bk}]"
-        return f"B[bz, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
-
-    def release(i: str) -> None:
-        if cm > 1:
-            # lane 0 of warp r of each consumer warpgroup signals CTA rank r
-            e(f"if tx % 128 < {32 * cm} and tx % 32 == 0:")
-            with e.indent():
-                e(f"T.mbarrier_arrive(empty[{slot(i)}], (tx % 128) // 32)")
-        else:
-            e(f"T.mbarrier_arrive(empty[{slot(i)}])")
+            return f"B[{bzb}, bx * {bn}:(bx + 1) * {bn}, ({i}) * {bk}:({i} + 1) * {bk}]"
+        return f"B[{bzb}, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
 
     mc = ", cluster_mask=0b11" if cm == 2 else ""
-    cluster = f", cluster_dims=(1, {cm}, 1)" if cm > 1 else ""
     fence = f"T.warpgroup_fence_operand(acc, num_regs={regs_acc})"
     gemm = (f"T.wgmma_gemm(A_s[{{s}}, :, :], B_s[{{s}}, :, :], acc{tb}, "
             f"policy=T.GemmWarpPolicy.FullRow)")
 
-    e(f"with T.Kernel({ceil_div(s.n, bn)}, {ceil_div(s.m, bm)}, {s.batch}, "
-      f"threads={c.threads + 128}{cluster}) as (bx, by, bz):")
-    with e.indent():
-        e(f'A_s = T.alloc_shared(({st}, {bm}, {bk}), "{s.dtype}")')
-        e(f'B_s = T.alloc_shared({b_tile}, "{s.dtype}")')
+    if c.persistent:
+        units = ws_units(s, c)
+        blocks = ws_persistent_blocks(s, c)
+        clusters = blocks // cm
+        cluster = f", cluster_dims=({cm}, 1, 1)" if cm > 1 else ""
+        e(f"with T.Kernel({blocks}, threads={c.threads + 128}{cluster}) as pid:")
+        e.indent()
+    else:
+        open_kernel(e, gemm_grid(s, c), c.threads + 128, cm)
+    e(f'A_s = T.alloc_shared(({st}, {bm}, {bk}), "{s.dtype}")')
+    e(f'B_s = T.alloc_shared({b_tile}, "{s.dtype}")')
+    if not c.c_alias:
         e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
-        e(f'acc = T.alloc_fragment(({bm}, {bn}), "float32")')
-        for r in s.row_inputs:
-            e(f'{r}_s = T.alloc_shared(({bm},), "float32")')
-        e(f"full = T.alloc_barrier([128] * {st})")
-        if cm > 1:
-            e(f"empty = T.alloc_cluster_barrier([{wgs * cm}] * {st})")
-        else:
-            e(f"empty = T.alloc_barrier([{ncons}] * {st})")
-        e("tx = T.get_thread_binding()")
-        # (TileLang itself puts a cluster barrier after the mbarrier set-up when the kernel
-        # has a cluster barrier, so peers never arrive on an uninitialised one.)
+    e(f'acc = T.alloc_fragment(({bm}, {bn}), "float32")')
+    for r in s.row_inputs:
+        e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
+    for v in s.col_inputs:
+        e(f'{v}_s = T.alloc_shared(({bn},), "{s.vector_dtype(v)}")')
+    e(f"full = T.alloc_barrier([128] * {st})")
+    if cm > 1:
+        e(f"empty = T.alloc_cluster_barrier([{wgs * cm}] * {st})")
+    else:
+        e(f"empty = T.alloc_barrier([{ncons}] * {st})")
+    e("tx = T.get_thread_binding()")
+    # (TileLang itself puts a cluster barrier after the mbarrier set-up when the kernel
+    # has a cluster barrier, so peers never arrive on an uninitialised one.)
 
-        # --- producer
-        e(f"if tx >= {ncons}:")
+    def tile_loop(step0: str) -> None:
+        """Open the persistent loop over this block's tiles and bind bx, by, bz; ``step0``
+        names the ring step of the tile's first K step."""
+        e(f"for w in T.serial({ceil_div(units, clusters)}):")
+        e.indent()
+        cid = "pid" if cm == 1 else f"pid // {cm}"
+        e(f"u = {cid} + w * {clusters}")
+        e(f"if u < {units}:")
+        e.indent()
+        # row groups vary fastest: the blocks running at once share B's column panels
+        groups = ceil_div(s.m, bm) // cm
+        rank = "" if cm == 1 else f" * {cm} + pid % {cm}"
+        e(f"by = u % {groups}{rank}")
+        e(f"bx = u // {groups} % {ceil_div(s.n, bn)}")
+        e(f"bz = u // {groups * ceil_div(s.n, bn)}")
+        e(f"{step0} = w * {nsteps}")
+
+    # --- producer
+    e(f"if tx >= {ncons}:")
+    with e.indent():
+        e(f"T.set_max_nreg({PRODUCER_REGS}, 0)")
+        if c.persistent:
+            tile_loop("g0")
+        g = "g0 + i" if c.persistent else "i"
+        e(f"for i in T.serial({nsteps}):")
         with e.indent():
-            e(f"T.set_max_nreg({PRODUCER_REGS}, 0)")
-            e(f"for i in T.serial({nsteps}):")
+            e(f"T.mbarrier_wait_parity(empty[{slot(g)}], {parity(g)} ^ 1)")
+            e(f"T.tma_copy(A[bz, by * {bm}:(by + 1) * {bm}, i * {bk}:(i + 1) * {bk}], "
+              f"A_s[{slot(g)}, :, :], barrier=full[{slot(g)}])")
+            e(f"T.tma_copy({b_src('i')}, B_s[{slot(g)}, :, :], "
+              f"barrier=full[{slot(g)}]{mc})")
+            e(f"T.mbarrier_arrive(full[{slot(g)}])")
+        if c.persistent:
+            e.dedent()
+            e.dedent()
+    # --- consumers
+    e("else:")
+    with e.indent():
+        e(f"T.set_max_nreg({nreg}, 1)")
+        if c.persistent:
+            tile_loop("g0")
+        at = (lambda i: f"g0 + {i}") if c.persistent else (lambda i: i)
+        e("T.clear(acc)")
+        e(f"T.mbarrier_wait_parity(full[{slot(at('0'))}], {parity(at('0'))})"
+          if c.persistent else "T.mbarrier_wait_parity(full[0], 0)")
+        e(gemm.format(s=slot(at("0")) if c.persistent else "0"))
+        if nsteps > 1:
+            e(f"for i in T.serial(1, {nsteps}):")
             with e.indent():
-                e(f"T.mbarrier_wait_parity(empty[{slot('i')}], {parity('i')} ^ 1)")
-                e(f"T.tma_copy(A[bz, by * {bm}:(by + 1) * {bm}, i * {bk}:(i + 1) * {bk}], "
-                  f"A_s[{slot('i')}, :, :], barrier=full[{slot('i')}])")
-                e(f"T.tma_copy({b_src('i')}, B_s[{slot('i')}, :, :], "
-                  f"barrier=full[{slot('i')}]{mc})")
-                e(f"T.mbarrier_arrive(full[{slot('i')}])")
-        # --- consumers
-        e("else:")
-        with e.indent():
-            e(f"T.set_max_nreg({nreg}, 1)")
-            e("T.clear(acc)")
-            e("T.mbarrier_wait_parity(full[0], 0)")
-            e(gemm.format(s="0"))
-            if nsteps > 1:
-                e(f"for i in T.serial(1, {nsteps}):")
-                with e.indent():
-                    e(f"T.mbarrier_wait_parity(full[{slot('i')}], {parity('i')})")
-                    e(gemm.format(s=slot("i")))
-                    e("T.wait_wgmma(1)")
-                    e(fence)
-                    release("i - 1")
-            e("T.wait_wgmma(0)")
-            e(fence)
-            release(str(nsteps - 1))
-            # --- epilogue (consumers)
-            for r in s.row_inputs:
-                e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
-            if epilogue.strip() != "acc[i, j]":
-                e(f"for i, j in T.Parallel({bm}, {bn}):")
-                with e.indent():
-                    e(f"acc[i, j] = {epilogue}")
+                e(f"T.mbarrier_wait_parity(full[{slot(at('i'))}], {parity(at('i'))})")
+                e(gemm.format(s=slot(at("i"))))
+                e("T.wait_wgmma(1)")
+                e(fence)
+                ring.release(at("i - 1") if c.persistent else "i - 1")
+        e("T.wait_wgmma(0)")
+        e(fence)
+        ring.release(at(str(nsteps - 1)) if c.persistent else str(nsteps - 1))
+        # --- epilogue (consumers)
+        for r in s.row_inputs:
+            e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
+        for v in s.col_inputs:
+            e(f"T.copy({v}[bx * {bn}], {v}_s)")
+        if epilogue.strip() != "acc[i, j]":
+            e(f"for i, j in T.Parallel({bm}, {bn}):")
+            with e.indent():
+                e(f"acc[i, j] = {epilogue}")
+        if c.c_alias:
+            # Every K step is consumed (all TMA loads landed, every wgmma waited for), so
+            # the A slots are free; each C column chunk of block_k fills one slot with the
+            # slot's own swizzled layout, and TMA stores it from there. Only this CTA's
+            # producer writes A slots (the cluster multicasts B only).
+            for h in range(bn // bk):
+                e(f"T.copy(acc[:, {h * bk}:{(h + 1) * bk}], A_s[{h}, :, :])")
+            for h in range(bn // bk):
+                e(f"T.copy(A_s[{h}, :, :], C[bz, by * {bm}, bx * {bn} + {h * bk}])")
+        else:
             e("T.copy(acc, C_s)")
             e(f"T.copy(C_s, C[bz, by * {bm}, bx * {bn}])")
-        if cm > 1:  # no CTA exits while a peer may still arrive on its barriers
-            e("T.cluster_sync()")
+        if c.persistent:
+            e.dedent()
+            e.dedent()
+    if cm > 1:  # no CTA exits while a peer may still arrive on its barriers
+        e("T.cluster_sync()")
+    e.dedent()

@@ -1,18 +1,119 @@
 """Matching plan kernels to the GEMM family: one or two matmuls over the streamed axis sharing
 their A operand (a dual GEMM), optionally the A rows' sum of squares in the same loop
-(one-kernel FlashNorm), and a fused elementwise epilogue.
+(one-kernel FlashNorm), an elementwise prologue computing A on its tiles (a residual add, a
+scale, a norm's row statistics), and a fused elementwise epilogue reading row vectors,
+column vectors and the element's position (masks); or a chain of two matmuls whose
+intermediate (at most 256 wide) stays on chip, streamed over the first one's contraction
+(:func:`match_gemm_chain`).
 
-Owns: the plan → :class:`~superopt.lower.kernels.gemm_spec.GemmSpec` mapping. Must not
-import other families' matchers or anything that runs.
+B may have fewer leading batch axes than A and the output, as long as they are a prefix of
+the output's (grouped-query attention: Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``): the
+kernel then reads B's batch ``z // r`` for output batch ``z`` (no copy of K/V). A B with no
+batch axis at all folds the output's batch into its rows (one larger GEMM).
+
+Owns: the plan → :class:`~superopt.lower.kernels.gemm_spec.GemmSpec` and
+:class:`~superopt.lower.kernels.gemm_chain_spec.GemmChainSpec` mappings. Must not import
+other families' matchers or anything that runs.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ...derive.plan import Plan
 from ...errors import LoweringError
+from ...ir.dag import Graph, NodeId
 from ..expr import render
 from ..lowering import KernelLowering, axes_prod, single_output, storage_dtype, tensor_name
-from ..kernels.gemm_spec import GemmSpec
+from ..kernels.gemm_chain_spec import MAX_CHAIN_F, GemmChainSpec, check_chain_spec
+from ..kernels.gemm_spec import GemmSpec, check_spec
+
+
+def position_index(g: Graph, batch_axes: tuple, m_axis: str, inner: dict[str, str],
+                   fold: bool) -> Callable[[str], str]:
+    """``index(axis)`` for :func:`~superopt.lower.expr.render`: the kernel's integer position
+    along ``axis`` as text over the GEMM's position fields.
+
+    ``inner`` maps the axes the tile iterates directly (``m_axis`` → ``"{row}"``, the column
+    or K axis → ``"{col}"``/``"{kpos}"``). A batch axis is a digit of the flat ``{batch}``
+    index (of ``{row}`` when ``fold`` put the batch into the rows, which then also makes
+    ``m_axis`` the row modulo its size). Unknown axes raise ``KeyError`` (render turns it
+    into a LoweringError naming the axis).
+    """
+    m = g.size(m_axis)
+
+    def index(axis: str) -> str:
+        if axis == m_axis and fold:
+            return f"({inner[m_axis]} % {m})"
+        if axis in inner:
+            return inner[axis]
+        if axis not in batch_axes:
+            raise KeyError(axis)
+        pos = batch_axes.index(axis)
+        stride = axes_prod(g, batch_axes[pos + 1:])
+        flat, size = ("{batch}", g.size(axis)) if not fold else (inner[m_axis], g.size(axis))
+        if fold:
+            stride *= m
+        text = flat if stride == 1 else f"{flat} // {stride}"
+        if pos > 0:  # the first axis needs no modulo: the quotient is below its size
+            text = f"{text} % {size}"
+        return f"({text})"
+
+    return index
+
+
+def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> tuple[str, int]:
+    """(layout, number of leading batch axes) of B, whose batch axes must be a prefix of the
+    output's."""
+    for j in range(len(batch_axes), -1, -1):
+        pre = batch_axes[:j]
+        if b_axes == pre + (r, n_axis):
+            return "kn", j
+        if b_axes == pre + (n_axis, r):
+            return "nk", j
+    raise LoweringError(f"kernel {k}: B operand axes {list(b_axes)} fit no layout (B's batch "
+                        f"axes must be a prefix of [{', '.join(batch_axes)}])", path=f"kernels[{k}]")
+
+
+def _prologue_nodes(plan: Plan, k: int, a_node: NodeId) -> set[NodeId]:
+    """The nodes of kernel ``k`` that compute ``a_node`` from outside values (included)."""
+    g = plan.graph
+    out, stack = set(), [a_node]
+    while stack:
+        n = stack.pop()
+        if n in out or plan.owner(n) != k:
+            continue
+        if not g.nodes[n].is_elementwise:
+            raise LoweringError(f"kernel {k}: the A operand's prologue contains node {n} "
+                                f"({g.nodes[n].describe()}), which is not elementwise",
+                                path=f"kernels[{k}]")
+        out.add(n)
+        stack.extend(g.nodes[n].args)
+    return out
+
+
+def _kernel_ancestors(plan: Plan, k: int, node: NodeId) -> set[NodeId]:
+    """``node`` and the nodes of kernel ``k`` it reads, transitively, inside the kernel."""
+    g = plan.graph
+    out, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n in out or plan.owner(n) != k:
+            continue
+        out.add(n)
+        stack.extend(g.nodes[n].args)
+    return out
+
+
+def chain_matmuls(plan: Plan, k: int, mms: list[NodeId]) -> tuple[NodeId, NodeId] | None:
+    """``(first, second)`` when kernel ``k``'s two matmuls chain: the second's A operand is
+    computed in the kernel from the first's output."""
+    g = plan.graph
+    for first, second in (mms, mms[::-1]):
+        a2 = g.nodes[second].args[0]
+        if plan.owner(a2) == k and first in _kernel_ancestors(plan, k, a2):
+            return first, second
+    return None
 
 
 def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
@@ -21,6 +122,8 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     r = kern.stream
     mms = [n for n in kern.nodes if g.nodes[n].op == "matmul"]
     reds = [n for n in kern.nodes if g.nodes[n].op == "reduce"]
+    if len(mms) == 2 and chain_matmuls(plan, k, mms) is not None:
+        return match_gemm_chain(plan, k, dtype)
     if not 1 <= len(mms) <= 2 or len(reds) > 1 or r is None:
         raise LoweringError(f"kernel {k} is not a (dual) GEMM over a streamed axis",
                             path=f"kernels[{k}]")
@@ -36,21 +139,16 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                             path=f"kernels[{k}]")
     batch_axes, m_axis, n_axis = dom[:-2], dom[-2], dom[-1]
     a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
-    if plan.owner(a_node) == k or plan.owner(b_node) == k:
-        raise LoweringError(f"kernel {k} computes a GEMM operand in its prologue (not supported)",
-                            path=f"kernels[{k}]")
+    if plan.owner(b_node) == k:
+        raise LoweringError(f"kernel {k} computes the B operand in its prologue (only A "
+                            "prologues are supported)", path=f"kernels[{k}]")
     if a_axes != batch_axes + (m_axis, r):
         raise LoweringError(f"kernel {k}: A operand axes {list(a_axes)} are not "
                             f"[{', '.join(batch_axes + (m_axis, r))}]", path=f"kernels[{k}]")
-    if b_axes in (batch_axes + (r, n_axis), (r, n_axis)):
-        layout = "kn"
-    elif b_axes in (batch_axes + (n_axis, r), (n_axis, r)):
-        layout = "nk"
-    else:
-        raise LoweringError(f"kernel {k}: B operand axes {list(b_axes)} fit no layout",
-                            path=f"kernels[{k}]")
-    fold_batch = len(b_axes) == 2 and batch_axes != ()
+    layout, b_lead = _b_layout(b_axes, batch_axes, r, n_axis, k)
+    fold_batch = b_lead == 0 and batch_axes != ()
     batch = 1 if fold_batch else axes_prod(g, batch_axes)
+    b_batch = None if fold_batch or b_lead == len(batch_axes) else axes_prod(g, batch_axes[:b_lead])
     m = axes_prod(g, batch_axes + (m_axis,)) if fold_batch else g.size(m_axis)
     n, kk = g.size(n_axis), g.size(r)
     env = {mms[0]: "{acc}"}
@@ -61,7 +159,11 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
             raise LoweringError(f"kernel {k}: the two GEMMs do not share A and B's layout",
                                 path=f"kernels[{k}]")
         b2 = m1.args[1]
+        if plan.owner(b2) == k:
+            raise LoweringError(f"kernel {k} computes the B operand in its prologue (only A "
+                                "prologues are supported)", path=f"kernels[{k}]")
         env[mms[1]] = "{acc2}"
+    pro_nodes = _prologue_nodes(plan, k, a_node) if plan.owner(a_node) == k else set()
     sumsq = False
     if reds:
         rd = g.nodes[reds[0]]
@@ -73,29 +175,181 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                                 path=f"kernels[{k}]")
         sumsq = True
         env[reds[0]] = "{ss}"
-    row_inputs = []
+    row_inputs, col_inputs, k_inputs, a_inputs = [], [], [], []
+    pro_env: dict[NodeId, str] = {}
+    readers = {a: [c for c in g.consumers(a) if plan.owner(c) == k] for a in plan.external_args(k)}
     for a in plan.external_args(k):
-        if a in (a_node, b_node, b2):
+        if a in (b_node, b2) or (a == a_node and not pro_nodes):
             continue
-        if g.nodes[a].axes == batch_axes + (m_axis,):
-            env[a] = "{" + tensor_name(a) + "}"
+        axes = g.nodes[a].axes
+        field = "{" + tensor_name(a) + "}"
+        in_pro = any(c in pro_nodes for c in readers[a])
+        in_epi = any(c not in pro_nodes for c in readers[a])
+        if axes == batch_axes + (m_axis,):
             row_inputs.append(a)
+            env[a] = pro_env[a] = field
+        elif in_pro and not in_epi and axes == batch_axes + (m_axis, r):
+            a_inputs.append(a)
+            pro_env[a] = field
+        elif in_pro and not in_epi and axes == (r,):
+            k_inputs.append(a)
+            pro_env[a] = field
+        elif in_epi and not in_pro and axes == (n_axis,):
+            col_inputs.append(a)
+            env[a] = field
         else:
-            raise LoweringError(f"kernel {k}'s epilogue reads node {a} with axes "
-                                f"{list(g.nodes[a].axes)} (only row vectors)", path=f"kernels[{k}]")
+            where = "prologue" if in_pro else "epilogue"
+            allowed = ("row vectors, [batch, m, k] tiles and k vectors" if in_pro
+                       else "row and column vectors")
+            raise LoweringError(f"kernel {k}'s {where} reads node {a} with axes "
+                                f"{list(axes)} (only {allowed})", path=f"kernels[{k}]")
     for n_id in kern.nodes:  # every other node must be epilogue (no streamed axis)
-        if n_id not in env and n_id not in mms and not (sumsq and g.nodes[n_id].op == "square"):
+        if (n_id not in env and n_id not in mms and n_id not in pro_nodes
+                and not (sumsq and g.nodes[n_id].op == "square")):
             if r in g.nodes[n_id].axes:
                 raise LoweringError(f"kernel {k}: node {n_id} is a prologue the GEMM template "
                                     "cannot express", path=f"kernels[{k}]")
-    epilogue = render(g, out, env)
-    spec = GemmSpec(batch, m, n, kk, layout, dual=b2 is not None, a_row_sumsq=sumsq,
-                    row_inputs=tuple(tensor_name(a) for a in row_inputs), epilogue=epilogue,
-                    dtype=dtype, out_dtype=storage_dtype(plan, out, dtype), name=f"k{k}_gemm")
-    b_view = (batch, kk, n) if layout == "kn" else (batch, n, kk)
-    params = [(a_node, (batch, m, kk)), (b_node, b_view)]
+    epi_index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", n_axis: "{col}"},
+                               fold_batch)
+    epilogue = render(g, out, env, epi_index)
+    prologue = ""
+    if pro_nodes:
+        pro_index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", r: "{kpos}"},
+                                   fold_batch)
+        prologue = render(g, a_node, pro_env, pro_index)
+    vector_dtypes = tuple((tensor_name(a), storage_dtype(plan, a, dtype))
+                          for a in row_inputs + col_inputs + k_inputs
+                          if storage_dtype(plan, a, dtype) != "float32")
+    try:
+        spec = GemmSpec(batch, m, n, kk, layout, dual=b2 is not None, a_row_sumsq=sumsq,
+                        row_inputs=tuple(tensor_name(a) for a in row_inputs), epilogue=epilogue,
+                        dtype=dtype, out_dtype=storage_dtype(plan, out, dtype),
+                        name=f"k{k}_gemm", b_batch=b_batch,
+                        col_inputs=tuple(tensor_name(a) for a in col_inputs),
+                        k_inputs=tuple(tensor_name(a) for a in k_inputs),
+                        a_inputs=tuple((tensor_name(a), storage_dtype(plan, a, dtype))
+                                       for a in a_inputs),
+                        prologue=prologue, vector_dtypes=vector_dtypes)
+        if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
+            check_spec(spec)
+    except LoweringError as e:
+        raise LoweringError(e.message, path=f"kernels[{k}]") from None
+    b_view = (spec.b_batches, kk, n) if layout == "kn" else (spec.b_batches, n, kk)
+    params = ([(a, (batch, m, kk)) for a in a_inputs] if pro_nodes
+              else [(a_node, (batch, m, kk))])
+    params.append((b_node, b_view))
     if b2 is not None:
         params.append((b2, b_view))
     params += [(a, (batch, m)) for a in row_inputs]
+    params += [(a, (n,)) for a in col_inputs]
+    params += [(a, (kk,)) for a in k_inputs]
     flops = 2 * batch * m * n * kk * len(mms)
+    return KernelLowering(k, "gemm", spec, tuple(params), out, (batch, m, n), flops)
+
+
+def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
+    """Kernel ``k`` as a GEMM chain: ``out = epilogue(mid(A @_r B1) @_f B2)`` streamed over
+    ``r`` (the first product's contraction), the intermediate axis ``f`` at most 256 wide.
+
+    Raises:
+        LoweringError: the kernel is not of that shape (the message says what differs).
+    """
+    g = plan.graph
+    kern = plan.kernels[k]
+    r = kern.stream
+    where = f"kernels[{k}]"
+    mms = [n for n in kern.nodes if g.nodes[n].op == "matmul"]
+    pair = chain_matmuls(plan, k, mms) if len(mms) == 2 else None
+    if pair is None or r is None:
+        raise LoweringError(f"kernel {k} is not a chain of two matmuls over a streamed axis",
+                            path=where)
+    mm1, mm2 = pair
+    n1, n2 = g.nodes[mm1], g.nodes[mm2]
+    if any(g.nodes[n].op == "reduce" for n in kern.nodes):
+        raise LoweringError(f"kernel {k}: a GEMM chain computes no reduction besides its "
+                            "matmuls", path=where)
+    if n1.axis != r or n1.axis_b != r:
+        raise LoweringError(f"kernel {k}: the chain's first matmul does not contract the "
+                            f"streamed axis {r!r}", path=where)
+    out = single_output(plan, k)
+    dom = g.nodes[out].axes
+    if len(dom) < 2 or n2.axes != dom:
+        raise LoweringError(f"kernel {k}'s second matmul does not span its domain", path=where)
+    batch_axes, m_axis, n_axis = dom[:-2], dom[-2], dom[-1]
+    f_axis = n2.axis
+    if n2.axis_b != f_axis or n1.axes != batch_axes + (m_axis, f_axis):
+        raise LoweringError(f"kernel {k}: the second matmul does not contract the first one's "
+                            f"columns ({list(n1.axes)} then {n2.describe()})", path=where)
+    f = g.size(f_axis)
+    if f > MAX_CHAIN_F:
+        raise LoweringError(f"kernel {k}: the chain's intermediate axis {f_axis!r} is {f} wide; "
+                            f"at most {MAX_CHAIN_F} stays on chip", path=where)
+    a1, b1 = n1.args
+    a2, b2 = n2.args
+    if plan.owner(a1) == k or plan.owner(b1) == k or plan.owner(b2) == k:
+        raise LoweringError(f"kernel {k}: a GEMM chain reads its A, B1 and B2 operands from "
+                            "memory (no prologue)", path=where)
+    if g.nodes[a1].axes != batch_axes + (m_axis, r):
+        raise LoweringError(f"kernel {k}: A operand axes {list(g.nodes[a1].axes)} are not "
+                            f"[{', '.join(batch_axes + (m_axis, r))}]", path=where)
+    l1, lead1 = _b_layout(g.nodes[b1].axes, batch_axes, r, f_axis, k)
+    l2, lead2 = _b_layout(g.nodes[b2].axes, batch_axes, f_axis, n_axis, k)
+    mid_nodes = _kernel_ancestors(plan, k, a2) - {mm1}
+    epi_nodes = _kernel_ancestors(plan, k, out) - mid_nodes - {mm1, mm2}
+    for n_id in kern.nodes:
+        if n_id not in mid_nodes | epi_nodes | {mm1, mm2}:
+            raise LoweringError(f"kernel {k}: node {n_id} ({g.nodes[n_id].describe()}) is "
+                                "neither on the chain nor in its epilogue", path=where)
+        if n_id in mid_nodes | epi_nodes and not g.nodes[n_id].is_elementwise:
+            raise LoweringError(f"kernel {k}: node {n_id} ({g.nodes[n_id].describe()}) between "
+                                "or after the chain's matmuls is not elementwise", path=where)
+    rows, f_vecs, cols = [], [], []
+    mid_env: dict[NodeId, str] = {mm1: "{acc}"}
+    epi_env: dict[NodeId, str] = {mm2: "{acc}"}
+    for a in plan.external_args(k):
+        if a in (a1, b1, b2):
+            continue
+        axes = g.nodes[a].axes
+        field = "{" + tensor_name(a) + "}"
+        readers = {c for c in g.consumers(a) if plan.owner(c) == k}
+        if axes == batch_axes + (m_axis,):
+            rows.append(a)
+            mid_env[a] = epi_env[a] = field
+        elif axes == (f_axis,) and readers <= mid_nodes:
+            f_vecs.append(a)
+            mid_env[a] = field
+        elif axes == (n_axis,) and readers <= epi_nodes:
+            cols.append(a)
+            epi_env[a] = field
+        else:
+            raise LoweringError(f"kernel {k}: the chain reads node {a} with axes {list(axes)} "
+                                "(only row vectors, and vectors along the intermediate or "
+                                "output columns)", path=where)
+    mid = render(g, a2, mid_env, position_index(g, batch_axes, m_axis,
+                                                {m_axis: "{row}", f_axis: "{fpos}"}, False))
+    epilogue = render(g, out, epi_env, position_index(g, batch_axes, m_axis,
+                                                      {m_axis: "{row}", n_axis: "{col}"}, False))
+    batch = axes_prod(g, batch_axes)
+    m, kk, n = g.size(m_axis), g.size(r), g.size(n_axis)
+    names = {a: tensor_name(a) for a in rows + f_vecs + cols}
+    try:
+        spec = GemmChainSpec(
+            batch, m, kk, f, n, l1, l2, mid=mid, epilogue=epilogue,
+            row_inputs=tuple(names[a] for a in rows), f_inputs=tuple(names[a] for a in f_vecs),
+            col_inputs=tuple(names[a] for a in cols),
+            vector_dtypes=tuple((names[a], storage_dtype(plan, a, dtype)) for a in names
+                                if storage_dtype(plan, a, dtype) != "float32"),
+            b1_batch=axes_prod(g, batch_axes[:lead1]), b2_batch=axes_prod(g, batch_axes[:lead2]),
+            dtype=dtype, out_dtype=storage_dtype(plan, out, dtype), name=f"k{k}_gemm")
+        if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
+            check_chain_spec(spec)
+    except LoweringError as e:
+        raise LoweringError(e.message, path=where) from None
+    v1 = (spec.b_batches(1), kk, f) if l1 == "kn" else (spec.b_batches(1), f, kk)
+    v2 = (spec.b_batches(2), f, n) if l2 == "kn" else (spec.b_batches(2), n, f)
+    params = [(a1, (batch, m, kk)), (b1, v1), (b2, v2)]
+    params += [(a, (batch, m)) for a in rows]
+    params += [(a, (f,)) for a in f_vecs]
+    params += [(a, (n,)) for a in cols]
+    flops = 2 * batch * m * f * (kk + n)
     return KernelLowering(k, "gemm", spec, tuple(params), out, (batch, m, n), flops)

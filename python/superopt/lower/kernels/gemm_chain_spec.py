@@ -1,0 +1,288 @@
+"""A chain of two GEMMs whose intermediate stays on chip: what it computes
+(:class:`GemmChainSpec`), whether a :class:`~.gemm_spec.GemmConfig` fits it, its resource
+and cost models and its configuration space.
+
+The template, with a leading batch axis on every tensor::
+
+    acc1[b, m, f] = A [b, m, k] @ B1 [b1, k, f]      (B1 as [b1, f, k] when b1_layout "nk")
+    H   [b, m, f] = mid(acc1, row inputs [b, m], f inputs [f], positions), rounded to dtype
+    acc [b, m, n] = H @ B2 [b2, f, n]                (B2 as [b2, n, f] when b2_layout "nk")
+    C   [b, m, n] = epilogue(acc, row inputs, column inputs [n], positions)
+
+with the intermediate axis ``f <= 256``: one block holds a ``block_m × f`` tile of ``acc1``
+(streaming A and B1 over k), rounds it into shared memory as ``H`` and multiplies it by
+``col_tiles`` column tiles of B2 in turn, so ``H`` never goes to global memory (a LoRA
+adapter ``(X @ A) @ B`` of rank 16–128, a low-rank projection pair). Blocks of one row tile
+but different column groups recompute ``acc1``: ``col_tiles`` trades that recomputation
+against parallelism. ``B1``'s and ``B2``'s batches are ``b`` or divisors of it, read as in
+:class:`~.gemm_spec.GemmSpec` (``z // (b / b1)``).
+
+The configuration is a :class:`~.gemm_spec.GemmConfig` (the GEMM family's one configuration
+type): ``block_m``, ``block_n`` (the output tile), ``block_k`` (the first product's K step),
+``stages``, ``threads`` and ``col_tiles``; schedule ``"auto"``, FullRow, TMA store.
+
+Owns: the chain's spec, fit, models and space. Imports the GEMM spec module (its config,
+checks and limits), the shared checks and the dtypes; must not import a source writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...dtypes import itemsize
+from ...errors import LoweringError
+from .gemm_spec import (ACCUM_REGS_LIMIT, MAX_ELEMENTS, NUM_SMS, SMEM_LIMIT_BYTES, GemmConfig,
+                        check_config_fields)
+from .spec_checks import check_dtype, check_identifier, format_fields
+from .tiling import ceil_div, round_up
+
+#: The widest on-chip intermediate (one wgmma N, and an fp32 accumulator tile per block).
+MAX_CHAIN_F = 256
+#: Format fields of the positions: row of A/C, column of C (epilogue) or of H (mid), batch.
+CHAIN_EPILOGUE_POSITIONS = ("row", "col", "batch")
+CHAIN_MID_POSITIONS = ("row", "fpos", "batch")
+_RESERVED = {"A", "B1", "B2", "C", "T", "tilelang", "acc", "acc1", "H_s", "A_s", "B1_s",
+             "B2_s", "C_s", "row", "col", "fpos", "batch", "bx", "by", "bz", "bx_t", "bxz",
+             "bxyz", "t", "i", "j", "ko"}
+_NON_ACCUM_REGS = 32
+_FMA_PER_CLK = 2048
+_SMEM_BYTES_PER_CLK = 128
+_L2_BYTES_PER_CLK = 64
+_KSTEP_OVERHEAD_CLK = 64
+_TILE_OVERHEAD_CLK = 3000
+
+
+@dataclass(frozen=True)
+class GemmChainSpec:
+    """What one GEMM-chain kernel computes (module docstring); sizes baked in.
+
+    Attributes:
+        batch, m, k, f, n: the extents (``f`` the intermediate, ``1 <= f <= 256``).
+        b1_layout, b2_layout: ``"kn"`` or ``"nk"`` (see the module docstring).
+        mid: fp32 expression on the first accumulator: fields ``{acc}``, ``{<row input>}``,
+            ``{<f input>}``, ``{row}``, ``{fpos}``, ``{batch}``.
+        epilogue: fp32 expression on the second: fields ``{acc}``, ``{<row input>}``,
+            ``{<column input>}``, ``{row}``, ``{col}``, ``{batch}``.
+        row_inputs, f_inputs, col_inputs: names of ``[batch, m]``, ``[f]`` and ``[n]``
+            vectors (fp32 unless ``vector_dtypes`` names their dtype).
+        b1_batch, b2_batch: leading batch extents of B1 and B2 (divisors of ``batch``;
+            ``None``: ``batch``).
+        dtype: A, B1, B2 and H element type; out_dtype: C's.
+        name: Python identifier; the builder is ``build_<name>``.
+    """
+
+    batch: int
+    m: int
+    k: int
+    f: int
+    n: int
+    b1_layout: str = "kn"
+    b2_layout: str = "kn"
+    mid: str = "{acc}"
+    epilogue: str = "{acc}"
+    row_inputs: tuple[str, ...] = ()
+    f_inputs: tuple[str, ...] = ()
+    col_inputs: tuple[str, ...] = ()
+    vector_dtypes: tuple[tuple[str, str], ...] = ()
+    b1_batch: int | None = None
+    b2_batch: int | None = None
+    dtype: str = "float16"
+    out_dtype: str = "float16"
+    name: str = "gemm_chain"
+
+    @property
+    def f_tile(self) -> int:
+        """The intermediate's on-chip width: ``f`` rounded up to the wgmma atom (16)."""
+        return round_up(self.f, 16)
+
+    def b_batches(self, which: int) -> int:
+        """The leading batch extent of B1 (``which == 1``) or B2."""
+        b = self.b1_batch if which == 1 else self.b2_batch
+        return self.batch if b is None else b
+
+    def b_batch_div(self, which: int) -> int:
+        return self.batch // self.b_batches(which)
+
+    def vector_dtype(self, name: str) -> str:
+        return dict(self.vector_dtypes).get(name, "float32")
+
+
+def check_chain_spec(spec: GemmChainSpec) -> None:
+    """Validate a chain spec.
+
+    Raises:
+        LoweringError: a field of the wrong type, a size out of range (``f`` over 256, a
+            tensor of 2^31 elements or more), a B batch that does not divide the batch, an
+            unknown layout or dtype, a bad or repeated name, or an expression field the spec
+            does not provide.
+    """
+    for name in ("batch", "m", "k", "f", "n"):
+        v = getattr(spec, name)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LoweringError(f"GEMM chain {name} must be an integer, got {v!r}")
+    if spec.batch < 1 or spec.m < 1 or spec.k < 1 or spec.n < 1 or not 1 <= spec.f <= MAX_CHAIN_F:
+        raise LoweringError(f"GEMM chain sizes must be batch, m, k, n >= 1 and 1 <= f <= "
+                            f"{MAX_CHAIN_F}; got batch={spec.batch} m={spec.m} k={spec.k} "
+                            f"f={spec.f} n={spec.n}")
+    for which in (1, 2):
+        b = spec.b1_batch if which == 1 else spec.b2_batch
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or
+                              not 1 <= b <= spec.batch or spec.batch % b):
+            raise LoweringError(f"b{which}_batch must divide batch={spec.batch}, got {b!r}")
+    for layout, what in ((spec.b1_layout, "b1_layout"), (spec.b2_layout, "b2_layout")):
+        if layout not in ("kn", "nk"):
+            raise LoweringError(f"{what} must be 'kn' or 'nk', got {layout!r}")
+    sizes = {"A": spec.batch * spec.m * spec.k, "B1": spec.b_batches(1) * spec.k * spec.f,
+             "B2": spec.b_batches(2) * spec.f * spec.n, "C": spec.batch * spec.m * spec.n}
+    for what, count in sizes.items():
+        if count >= MAX_ELEMENTS:
+            raise LoweringError(f"GEMM chain {what} has {count} elements; the kernels index "
+                                f"with int32 and take fewer than {MAX_ELEMENTS}")
+    check_dtype(spec.dtype, "GEMM chain operand dtype")
+    check_dtype(spec.out_dtype, "GEMM chain out_dtype", float32=True)
+    check_identifier(spec.name, "kernel name")
+    names = [*spec.row_inputs, *spec.f_inputs, *spec.col_inputs]
+    for r in names:
+        if not isinstance(r, str):
+            raise LoweringError(f"input name must be a string, got {r!r}")
+        check_identifier(r, "input")
+        if r in _RESERVED or r.startswith(("build_", "_")):
+            raise LoweringError(f"input name {r!r} is reserved")
+    if len(set(names)) != len(names):
+        raise LoweringError(f"duplicate input names {tuple(names)}")
+    for item in spec.vector_dtypes:
+        if not (isinstance(item, tuple) and len(item) == 2) or item[0] not in names:
+            raise LoweringError(f"vector_dtypes entry {item!r} names no input")
+        check_dtype(item[1], f"input {item[0]!r} dtype", float32=True)
+    for expr, what, allowed in (
+            (spec.mid, "mid", {"acc", *spec.row_inputs, *spec.f_inputs, *CHAIN_MID_POSITIONS}),
+            (spec.epilogue, "epilogue", {"acc", *spec.row_inputs, *spec.col_inputs,
+                                         *CHAIN_EPILOGUE_POSITIONS})):
+        if not isinstance(expr, str):
+            raise LoweringError(f"GEMM chain {what} must be a string, got {expr!r}")
+        for field in format_fields(expr, what):
+            if field not in allowed:
+                raise LoweringError(f"{what} {expr!r} uses {{{field}}}, but this GEMM chain "
+                                    f"provides only {sorted(allowed)}")
+
+
+def chain_accum_registers(spec: GemmChainSpec, cfg: GemmConfig) -> int:
+    """fp32 accumulator registers per consumer thread: the intermediate tile and the output
+    tile (both counted: TileLang keeps both fragments allocated)."""
+    return (cfg.block_m * spec.f_tile + cfg.block_m * cfg.block_n) // cfg.threads
+
+
+def chain_smem_bytes(spec: GemmChainSpec, cfg: GemmConfig) -> int:
+    """Dynamic shared memory of one block, in bytes (an upper bound: the K ring of A and B1
+    tiles, H, one B2 tile, the C staging tile and the vectors, none aliased)."""
+    ib = itemsize(spec.dtype)
+    ft = spec.f_tile
+    ring = cfg.stages * (cfg.block_m * cfg.block_k + cfg.block_k * ft) * ib
+    h = cfg.block_m * ft * ib
+    b2 = ft * cfg.block_n * ib
+    c = cfg.block_m * cfg.block_n * itemsize(spec.out_dtype)
+    vec = (sum(cfg.block_m * itemsize(spec.vector_dtype(r)) for r in spec.row_inputs) +
+           sum(ft * itemsize(spec.vector_dtype(v)) for v in spec.f_inputs) +
+           sum(cfg.block_n * itemsize(spec.vector_dtype(v)) for v in spec.col_inputs))
+    buffers = 6 + len(spec.row_inputs) + len(spec.f_inputs) + len(spec.col_inputs)
+    return ring + h + b2 + c + vec + 1024 * buffers
+
+
+def chain_groups(spec: GemmChainSpec, cfg: GemmConfig) -> int:
+    """Column groups on grid x: ``ceil(column tiles / col_tiles)``."""
+    return ceil_div(ceil_div(spec.n, cfg.block_n), cfg.col_tiles)
+
+
+def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
+    """Validate a config for a chain.
+
+    Raises:
+        LoweringError: a field of the wrong type; a schedule other than ``"auto"`` with
+            FullRow, TMA store, no swizzle, no persistence, no cluster; tile sizes that are
+            not whole wgmma atoms; ``col_tiles`` out of range; shared memory or
+            accumulator registers over the limits.
+    """
+    check_config_fields(cfg)
+    if (cfg.schedule != "auto" or cfg.policy != "full_row" or cfg.store != "tma" or
+            cfg.swizzle_panel or cfg.persistent or cfg.cluster_m != 1 or cfg.c_alias):
+        raise LoweringError("a GEMM chain runs schedule 'auto', policy 'full_row', store "
+                            "'tma', no swizzle, persistence, cluster or c_alias")
+    if cfg.threads not in (128, 256):
+        raise LoweringError(f"a GEMM chain takes 128 or 256 consumer threads, got {cfg.threads}")
+    wgs = cfg.threads // 128
+    if cfg.block_m % (64 * wgs) or cfg.block_m < 64:
+        raise LoweringError(f"block_m must be a multiple of {64 * wgs} (FullRow wgmma rows), "
+                            f"got {cfg.block_m}")
+    if cfg.block_n % 16 or not 16 <= cfg.block_n <= 256:
+        raise LoweringError(f"block_n must be a multiple of 16 in [16, 256], got {cfg.block_n}")
+    if cfg.block_k % 16 or not 16 <= cfg.block_k <= 256:
+        raise LoweringError(f"block_k must be a multiple of 16 in [16, 256], got {cfg.block_k}")
+    if not 1 <= cfg.stages <= 8:
+        raise LoweringError(f"stages must be in [1, 8], got {cfg.stages}")
+    n_blocks = ceil_div(spec.n, cfg.block_n)
+    if not 1 <= cfg.col_tiles <= n_blocks:
+        raise LoweringError(f"col_tiles must be in [1, {n_blocks}] (the column tiles), got "
+                            f"{cfg.col_tiles}")
+    regs = chain_accum_registers(spec, cfg)
+    limit = min(ACCUM_REGS_LIMIT, 65536 // (cfg.threads + 128) // 8 * 8 - _NON_ACCUM_REGS)
+    if regs > limit:
+        raise LoweringError(f"{regs} accumulator registers per consumer thread > {limit} "
+                            f"(tiles {cfg.block_m}x{spec.f_tile} and {cfg.block_m}x"
+                            f"{cfg.block_n}, {cfg.threads} threads)")
+    smem = chain_smem_bytes(spec, cfg)
+    if smem > SMEM_LIMIT_BYTES:
+        raise LoweringError(f"{smem} bytes of shared memory > {SMEM_LIMIT_BYTES}")
+
+
+def chain_cost_clk(spec: GemmChainSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> float:
+    """A cheap time estimate of one launch in SM clocks (for ordering): each block streams
+    the first product over k (recomputed by every column group), then runs ``col_tiles``
+    second products of ``block_m × block_n × f``; blocks run in waves of ``num_sms``."""
+    ib = itemsize(spec.dtype)
+    ft = spec.f_tile
+    tensor = cfg.block_m * ft * cfg.block_k / _FMA_PER_CLK
+    smem = (cfg.block_m + ft) * cfg.block_k * ib * 2 / _SMEM_BYTES_PER_CLK
+    l2 = (cfg.block_m + ft) * cfg.block_k * ib / _L2_BYTES_PER_CLK
+    first = ceil_div(spec.k, cfg.block_k) * (max(tensor, smem, l2) + _KSTEP_OVERHEAD_CLK)
+    second_t = cfg.block_m * cfg.block_n * ft / _FMA_PER_CLK
+    second_l2 = ft * cfg.block_n * ib / _L2_BYTES_PER_CLK
+    second = cfg.col_tiles * (max(second_t, second_l2) + _TILE_OVERHEAD_CLK / 2)
+    blocks = chain_groups(spec, cfg) * ceil_div(spec.m, cfg.block_m) * spec.batch
+    return ceil_div(blocks, num_sms) * (first + second + _TILE_OVERHEAD_CLK)
+
+
+def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[GemmConfig]:
+    """Candidate configs for a chain, pruned and ordered best-first; deterministic.
+
+    Raises:
+        LoweringError: an invalid spec.
+    """
+    check_chain_spec(spec)
+    m_cap = max(64, 1 << (spec.m - 1).bit_length())
+    n_cap = max(64, 1 << (spec.n - 1).bit_length())
+    cands: dict[GemmConfig, None] = {}
+    for threads, block_ms in ((128, (64, 128)), (256, (128, 256))):
+        for bm in block_ms:
+            if bm > 2 * m_cap:
+                continue
+            for bn in (64, 128, 256):
+                if bn > 2 * n_cap:
+                    continue
+                n_blocks = ceil_div(spec.n, bn)
+                splits = sorted({1, 2, 4, 8, n_blocks} & set(range(1, n_blocks + 1)))
+                for bk in (64, 128):
+                    for stages in (2, 3, 4):
+                        for ct in splits:
+                            cfg = GemmConfig(bm, bn, bk, stages, threads, col_tiles=ct)
+                            try:
+                                check_chain_config(spec, cfg)
+                            except LoweringError:
+                                continue
+                            cands[cfg] = None
+
+    def key(c: GemmConfig) -> tuple:
+        return (round(chain_cost_clk(spec, c)), -c.stages, c.block_m * c.block_n, c.block_k,
+                c.col_tiles, c.threads)
+
+    ordered = sorted(cands, key=key)
+    return ordered if limit is None else ordered[:limit]
