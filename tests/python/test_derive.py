@@ -70,8 +70,8 @@ def test_flashnorm_one_and_two_kernel_plans(name):
     spec = match_kernel(one[0].plan, 0).spec
     assert spec.a_row_sumsq  # the RMS sum of squares rides in the GEMM's loop
     assert spec.dual == (name == "rmsnorm_mlp")
-    two_spec = match_kernel(two[0].plan, 1).spec
-    assert two_spec.row_inputs and "rsqrt" not in two_spec.epilogue  # scale materialised once
+    specs = [match_kernel(d.plan, 1).spec for d in two]  # some plan materialises the scale once
+    assert any(s.row_inputs and "rsqrt" not in s.epilogue for s in specs)
 
 
 def test_swiglu_yields_shared_load_dual_gemm():

@@ -1,4 +1,4 @@
-"""Machine checks of the ten rewrite rules (``superopt.verify.rule_check``, ``docs/rules.md``).
+"""Machine checks of the rewrite rules (``superopt.verify.rule_check``, ``docs/rules.md``).
 
 Per rule: the identity its Lean theorem ``Superopt.<rule_id>_sound`` states is proved on
 every instance up to the bound (sympy with ``exp`` known only through its laws; z3 for
@@ -160,6 +160,12 @@ def test_docs_rules_md_lists_every_rule_with_its_check():
         assert statements.STATEMENTS[rule_id].bound in section, \
             f"{rule_id}: the bound is out of date"
         assert "Machine check" in section
+        # the numbers are the checks' own: where the rule ran, how many obligations
+        assert rule_check.implementation_bullet(rule_id) in section, \
+            f"{rule_id}: the implementation bullet is out of date " \
+            f"(python -m superopt.verify.rule_check {rule_id} writes the section)"
+        n = len(statements.STATEMENTS[rule_id].build(False))
+        assert f"): {n} obligations" in section, f"{rule_id}: the obligation count is not {n}"
 
 
 def test_lean_theorem_names_match_where_written():

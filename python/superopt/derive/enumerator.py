@@ -8,7 +8,9 @@ Algorithm (mirrored by ``Superopt.Derive.deriveAll`` in Lean, same ids, same ord
    ``sites`` lists them, apply; keep the new plan if its canonical form
    (:meth:`~superopt.derive.plan.Plan.canonical`) was not seen before (so equivalent plans are deduplicated and each keeps the first,
    shortest path that reached it).
-3. Complete each discovered plan: for each kernel in order, ``stream_reduction`` if it has an
+   A plan whose last step is an *enabling* rule (``Rule.enabling``: it only exposes another
+   algebraic rewrite) is continued with the algebraic rules only.
+3. Complete each discovered plan but those ending in an enabling step: for each kernel in order, ``stream_reduction`` if it has an
    unstreamed reduction axis, then ``tile_parallel`` on each tileable axis not yet tiled. These
    steps are appended to the derivation, so every derivation is explicit.
 4. Number the distinct completed plans in discovery order: ids ``d0, d1, ...``, the same
@@ -67,11 +69,14 @@ def _explore(graph: Graph, max_depth: int, max_plans: int):
     capped = None
     while frontier:
         plan, steps = frontier.popleft()
+        enabled = bool(steps) and RULES[steps[-1].rule].enabling
+        # an enabling rewrite is followed only by the (algebraic) rewrite it enables
+        rules = [r for r in SEARCH_RULES if RULES[r].algebraic or not enabled]
         if len(steps) >= max_depth:
-            if capped is None and any(RULES[r].sites(plan) for r in SEARCH_RULES):
+            if capped is None and any(RULES[r].sites(plan) for r in rules):
                 capped = "max_depth"
             continue
-        for rule_id in SEARCH_RULES:
+        for rule_id in rules:
             rule = RULES[rule_id]
             for site in rule.sites(plan):
                 new = rule.apply_fn(plan, site)
@@ -128,6 +133,8 @@ def enumerate_derivations(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
     out: list[Derived] = []
     seen = set()
     for plan, steps in explored:
+        if steps and RULES[steps[-1].rule].enabling:
+            continue  # not a candidate: only the rewrite it enables is
         done, tail = complete(plan)
         key = done.canonical()
         if key in seen:

@@ -86,8 +86,8 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
         ext = plan.external_args(c)
         for p in sorted({plan.owner(a) for a in ext if plan.owner(a) is not None}):
             kp = plan.kernels[p]
-            if plan.domain(p) != dom:
-                continue
+            if plan.domain(p) != dom or elementwise_only(plan, p):
+                continue  # elementwise into elementwise: fuse_elementwise, the whole region
             ok = True
             for a in ext:
                 if plan.owner(a) == p:
@@ -132,6 +132,96 @@ def fuse_prologue(plan: Plan, site: Site) -> Plan:
     ks[c] = merged
     del ks[p]
     return Plan(plan.graph, tuple(ks))
+
+
+def _elementwise_merge(plan: Plan, k: int) -> tuple[int, int] | None:
+    """The first ``(producer, consumer)`` pair of elementwise-only kernels, one of them ``k``
+    and the other the lowest-numbered such partner, over the same domain, the consumer
+    reading the producer, that can merge in launch order (:func:`epilogue_position`)."""
+    if not elementwise_only(plan, k):
+        return None
+    g = plan.graph
+    dom = plan.domain(k)
+    mine = set(plan.kernels[k].nodes)
+    for j in range(len(plan.kernels)):
+        if j == k or not elementwise_only(plan, j) or plan.domain(j) != dom:
+            continue
+        theirs = set(plan.kernels[j].nodes)
+        if any(a in mine for n in theirs for a in g.nodes[n].args):
+            p, c = k, j
+        elif any(a in theirs for n in mine for a in g.nodes[n].args):
+            p, c = j, k
+        else:
+            continue
+        if epilogue_position(plan, p, c) is not None:
+            return p, c
+    return None
+
+
+def fuse_elementwise_sites(plan: Plan) -> list[Site]:
+    return [(k,) for k in range(len(plan.kernels)) if _elementwise_merge(plan, k) is not None]
+
+
+def fuse_elementwise(plan: Plan, site: Site) -> Plan:
+    """Kernel ``k`` absorbs, one merge at a time, every elementwise kernel of its domain that
+    it reads or that reads it, until none is left: a chain of any depth (a GELU written out
+    from ``exp``) becomes one kernel in one step. Each merge is a ``fuse_epilogue`` merge."""
+    (k,) = site
+    while (pair := _elementwise_merge(plan, k)) is not None:
+        p, c = pair
+        into, other = (p, c) if epilogue_position(plan, p, c) == p else (c, p)
+        plan = merge_kernels(plan, into, [other])
+        k = into if into < other else into - 1
+    return plan
+
+
+def _chain_operand(plan: Plan, p: int, c: int) -> NodeId | None:
+    """The operand through which kernel ``c``'s matmul contracts an axis of producer ``p``'s
+    output, if ``p`` and ``c`` form a GEMM chain (:func:`fuse_gemm_chain_sites`)."""
+    g = plan.graph
+    kp, kc = plan.kernels[p], plan.kernels[c]
+    if kp.online or kc.online or kp.grid or kc.grid or kp.stream or kc.stream:
+        return None
+    pn = set(kp.nodes)
+    if any(o in pn for o in g.outputs) or any(
+            plan.owner(cn) not in (p, c) for n in pn for cn in g.consumers(n)):
+        return None  # the intermediate must be private to the chain
+    rp, h = plan.reduction_axis(p), plan.reduction_axis(c)
+    if rp is None or h is None or rp == h or h not in plan.domain(p):
+        return None
+    if not any(g.nodes[n].op == "matmul" for n in pn) or any(
+            g.nodes[n].op in ("reduce", "matmul") and g.nodes[n].axis == h for n in pn):
+        return None
+    found = None
+    for n in kc.nodes:
+        node = g.nodes[n]
+        if node.op == "reduce" or (node.op == "matmul" and node.axis != h):
+            return None  # c is one matmul over h and its epilogue
+        if node.op == "matmul":
+            ins = [i for i, a in enumerate(node.args) if a in pn]
+            if found is not None or len(ins) != 1 or node.axis != node.axis_b:
+                return None
+            found = node.args[ins[0]]
+    return found
+
+
+def fuse_gemm_chain_sites(plan: Plan) -> list[Site]:
+    out = []
+    for c in range(len(plan.kernels)):
+        for p in sorted({plan.owner(a) for a in plan.external_args(c)
+                         if plan.owner(a) is not None}):
+            if _chain_operand(plan, p, c) is not None:
+                out.append((p, c))
+    return out
+
+
+def fuse_gemm_chain(plan: Plan, site: Site) -> Plan:
+    """Back-to-back GEMMs: producer ``p`` (a matmul over ``k`` and its epilogue, whose output
+    only ``c`` reads) joins consumer ``c`` (a matmul contracting ``p``'s output axis ``h``), at
+    ``c``'s position; completion streams ``h``, so each ``h`` tile of the intermediate is
+    computed (over all of ``k``) and consumed on chip, never written."""
+    p, c = site
+    return merge_kernels(plan, c, [p])
 
 
 def _anchors(plan: Plan, k: int) -> list[NodeId]:

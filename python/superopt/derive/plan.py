@@ -55,6 +55,7 @@ class Plan:
     graph: Graph
     kernels: tuple[Kernel, ...]
     _owner: dict = field(init=False, repr=False, compare=False, hash=False)
+    _memo: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         owner: dict[NodeId, int] = {}
@@ -62,6 +63,7 @@ class Plan:
             for n in kern.nodes:
                 owner[n] = k
         object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_memo", {})  # per-kernel queries of this immutable plan
 
     # -- structure -----------------------------------------------------------------------
     def owner(self, node: NodeId) -> int | None:
@@ -72,19 +74,22 @@ class Plan:
         """The iteration domain of kernel ``k``: the axes of its widest materialised output
         (ties: the later node). E.g. ``[h, t_q, d_h]`` for the attention kernel, whose
         running sum ``[h, t_q]`` is a per-row state of that domain."""
-        outs = self.outputs(k)
-        best = max(outs, key=lambda n: (len(self.graph.nodes[n].axes), n))
-        return self.graph.nodes[best].axes
+        key = ("domain", k)
+        if key not in self._memo:
+            outs = self.outputs(k)
+            best = max(outs, key=lambda n: (len(self.graph.nodes[n].axes), n))
+            self._memo[key] = self.graph.nodes[best].axes
+        return self._memo[key]
 
     def outputs(self, k: int) -> tuple[NodeId, ...]:
         """Nodes of kernel ``k`` materialised in global memory (read later, or the output)."""
-        g = self.graph
-        kern = set(self.kernels[k].nodes)
-        outs = []
-        for n in self.kernels[k].nodes:
-            if n in g.outputs or any(c not in kern for c in g.consumers(n)):
-                outs.append(n)
-        return tuple(outs)
+        key = ("outputs", k)
+        if key not in self._memo:
+            g = self.graph
+            kern = set(self.kernels[k].nodes)
+            self._memo[key] = tuple(n for n in self.kernels[k].nodes if n in g.outputs or any(
+                c not in kern for c in g._consumers[n]))
+        return self._memo[key]
 
     def external_args(self, k: int) -> tuple[NodeId, ...]:
         """Non-scalar nodes kernel ``k`` reads from global memory (inputs or earlier kernels)."""

@@ -12,6 +12,19 @@ Algebraic rules rewrite the graph and act only on an unscheduled plan (one kerne
 * ``factor_row_scale`` — site ``(O, i)``: operand ``i`` of matmul ``O`` is ``X·s`` (or ``X/s``)
   with ``s`` free of the contracted axis: ``(X·s) @ W → (X @ W)·s`` (FlashNorm).
 * ``exp_to_exp2`` — site ``(E,)``, ``E = exp x``: ``exp x → exp2(x · log2 e)``.
+* ``distribute_matmul`` — site ``(O, i)``: operand ``i`` is ``X ± v`` with ``v`` free of the
+  contracted axis ``k``: ``(X − v) @ W → X @ W − v · Σ_k W`` (LayerNorm's mean folded past
+  the GEMM).
+* ``distribute_bias`` — site ``(O, i)``: the same with ``v`` along ``k`` (a bias):
+  ``(X + b) @ W → X @ W + b @ W``. Enabling.
+* ``commute_row_scale`` — site ``(O, i)``: operand ``(X ⋆ s) · c`` with ``s`` a row scale and
+  ``c`` along ``k``: ``→ (X · c) ⋆ s``, so ``factor_row_scale`` applies. Enabling.
+* ``move_contracted_scale`` — site ``(O, i)``: operand ``a · c`` with ``c`` along ``k`` and the
+  other operand an input: ``(a · c) @ W → a @ (W · c)`` (a norm's gain onto the weight).
+  Enabling.
+
+An *enabling* rule (``Rule.enabling``) only exposes another algebraic rewrite: its plan is
+no candidate, and the enumerator continues from it with the algebraic rules only.
 
 Schedule rules change the kernels, never the graph:
 
@@ -24,11 +37,20 @@ Schedule rules change the kernels, never the graph:
   squares in the GEMM's loop).
 * ``fuse_prologue`` — site ``(p, c)``: an elementwise kernel whose only reader is kernel
   ``c`` is computed on ``c``'s loaded tiles.
-* ``fuse_epilogue`` — site ``(p, c)``: an elementwise kernel reading kernel ``p`` over the
-  same domain runs in ``p``'s epilogue on its fragments.
+* ``fuse_epilogue`` — site ``(p, c)``: an elementwise kernel reading kernel ``p`` (a kernel
+  with a reduction; elementwise into elementwise is ``fuse_elementwise``) over the same
+  domain runs in ``p``'s epilogue on its fragments.
+* ``fuse_elementwise`` — site ``(k,)``: elementwise kernel ``k`` absorbs every elementwise
+  kernel of its domain it reads or that reads it, transitively, in one step.
+* ``fuse_gemm_chain`` — site ``(p, c)``: back-to-back GEMMs; ``p`` (a matmul over ``k`` and
+  its epilogue, read only by ``c``) joins ``c`` (a matmul contracting ``p``'s axis ``h``);
+  completion streams ``h`` and the intermediate never leaves the chip.
 * ``split_kernel`` — site ``(k, n)``: a per-row reduction ``n`` of kernel ``k`` and the
   per-row chain after it move to their own kernel and are materialised (FlashNorm's
   two-kernel form).
+* ``fuse_rows`` — site ``(p, c)``: two kernels that keep whole rows of one axis ``a``
+  (softmax's max, sum and divide; LayerNorm's mean and variance) merge; the kernel streams
+  ``a`` inside each row, one pass per dependent reduction, and its grid tiles the others.
 * ``tile_parallel`` — site ``(k, axis)``: tile a parallel axis (one of the domain's last
   two) of kernel ``k`` onto the grid.
 * ``stream_reduction`` — site ``(k,)``: stream kernel ``k``'s reduction axis in tiles.
@@ -47,9 +69,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DerivationError
-from .algebra import (exp_to_exp2, exp_to_exp2_sites, factor_row_scale, factor_row_scale_sites,
+from .algebra import (commute_row_scale, commute_row_scale_sites, distribute_bias_sites,
+                      distribute_matmul, distribute_matmul_sites, exp_to_exp2, exp_to_exp2_sites, factor_row_scale,
+                      factor_row_scale_sites, move_contracted_scale, move_contracted_scale_sites,
                       stabilize_softmax, stabilize_softmax_sites)
-from .fusion import (fuse_epilogue, fuse_epilogue_sites, fuse_prologue, fuse_prologue_sites,
+from .fusion import (fuse_elementwise, fuse_elementwise_sites, fuse_epilogue, fuse_epilogue_sites,
+                     fuse_gemm_chain, fuse_gemm_chain_sites, fuse_prologue, fuse_prologue_sites,
                      fuse_rows, fuse_rows_sites, share_operand_load, share_operand_load_sites,
                      split_kernel, split_kernel_sites)
 from .online import online_softmax, online_softmax_sites
@@ -69,6 +94,10 @@ class Rule:
     sites: Callable[[Plan], list[Site]]
     apply_fn: Callable[[Plan, Site], Plan]
     algebraic: bool
+    #: An enabling rewrite only exposes another algebraic rewrite (a gain commuted past a
+    #: row scale, a bias split off): its plan is no candidate, and the enumerator continues
+    #: from it with the algebraic rules only.
+    enabling: bool = False
 
     def apply(self, plan: Plan, site: Site) -> Plan:
         """Apply at ``site``. Raises :class:`DerivationError` if the rule does not apply there."""
@@ -85,6 +114,14 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("factor_row_scale", "Superopt.factor_row_scale_sound",
          factor_row_scale_sites, factor_row_scale, True),
     Rule("exp_to_exp2", "Superopt.exp_to_exp2_sound", exp_to_exp2_sites, exp_to_exp2, True),
+    Rule("distribute_matmul", "Superopt.distribute_matmul_sound",
+         distribute_matmul_sites, distribute_matmul, True),
+    Rule("distribute_bias", "Superopt.distribute_bias_sound",
+         distribute_bias_sites, distribute_matmul, True, enabling=True),
+    Rule("commute_row_scale", "Superopt.commute_row_scale_sound",
+         commute_row_scale_sites, commute_row_scale, True, enabling=True),
+    Rule("move_contracted_scale", "Superopt.move_contracted_scale_sound",
+         move_contracted_scale_sites, move_contracted_scale, True, enabling=True),
     Rule("online_softmax", "Superopt.online_softmax_sound",
          online_softmax_sites, online_softmax, False),
     Rule("share_operand_load", "Superopt.share_operand_load_sound",
@@ -95,6 +132,10 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          False),
     Rule("split_kernel", "Superopt.split_kernel_sound", split_kernel_sites, split_kernel, False),
     Rule("fuse_rows", "Superopt.fuse_rows_sound", fuse_rows_sites, fuse_rows, False),
+    Rule("fuse_elementwise", "Superopt.fuse_elementwise_sound",
+         fuse_elementwise_sites, fuse_elementwise, False),
+    Rule("fuse_gemm_chain", "Superopt.fuse_gemm_chain_sound",
+         fuse_gemm_chain_sites, fuse_gemm_chain, False),
     Rule("tile_parallel", "Superopt.tile_parallel_sound", tile_parallel_sites, tile_parallel,
          False),
     Rule("stream_reduction", "Superopt.stream_reduction_sound",
@@ -102,9 +143,10 @@ RULES: dict[str, Rule] = {r.id: r for r in (
 )}
 
 #: Rules the enumerator branches over, in this order (tile/stream come from completion).
-SEARCH_RULES = ("stabilize_softmax", "factor_row_scale", "exp_to_exp2", "online_softmax",
+SEARCH_RULES = ("stabilize_softmax", "factor_row_scale", "exp_to_exp2", "distribute_matmul",
+                "distribute_bias", "commute_row_scale", "move_contracted_scale", "online_softmax",
                 "share_operand_load", "fuse_prologue", "fuse_epilogue", "split_kernel",
-                "fuse_rows")
+                "fuse_rows", "fuse_elementwise", "fuse_gemm_chain")
 
 
 def get_rule(rule_id: str) -> Rule:

@@ -224,6 +224,7 @@ class Graph:
     nodes: tuple[Node, ...]
     outputs: tuple[NodeId, ...] | NodeId | None
     _sizes: dict = field(init=False, repr=False, compare=False, hash=False)
+    _consumers: tuple = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         sizes: dict[Axis, int] = {}
@@ -271,6 +272,11 @@ class Graph:
             if o in outs[:i]:
                 raise GraphError(f"output {o} is listed twice", path=f"outputs[{i}]")
         object.__setattr__(self, "outputs", outs)
+        readers: list[list[NodeId]] = [[] for _ in self.nodes]
+        for i, node in enumerate(self.nodes):
+            for a in dict.fromkeys(node.args):
+                readers[a].append(i)
+        object.__setattr__(self, "_consumers", tuple(tuple(r) for r in readers))
 
     # -- queries -------------------------------------------------------------------------
     @property
@@ -320,7 +326,8 @@ class Graph:
         return tuple(self.shape(o) for o in self.outputs)
 
     def consumers(self, node_id: NodeId) -> list[NodeId]:
-        return [i for i, n in enumerate(self.nodes) if node_id in n.args]
+        """The nodes that read ``node_id``, in node order (each once)."""
+        return list(self._consumers[node_id])
 
     def live_nodes(self) -> set[NodeId]:
         """Nodes the output depends on (dead nodes are ignored by evaluation and plans)."""

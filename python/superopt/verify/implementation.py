@@ -130,6 +130,47 @@ def _small_graphs() -> dict[str, Graph]:
 
     g["softmax_rows"] = _graph("softmax_rows", [("m", 2), ("d", 3)], softmax_rows)
     g["layernorm_rows"] = _graph("layernorm_rows", [("m", 2), ("d", 3)], layernorm_rows)
+
+    def layernorm_gemm(b: DagBuilder):  # LayerNorm with gain and bias, then a GEMM
+        x, w = b.input("X", ["m", "d"]), b.input("W", ["d", "n"])
+        gamma, beta = b.input("gamma", ["d"]), b.input("beta", ["d"])
+        xc = b.sub(x, b.mean("d", x))
+        r = b.rsqrt(b.add(b.mean("d", b.square(xc)), b.eps_const(1e-5)))
+        return b.matmul(b.add(b.mul(b.mul(xc, r), gamma), beta), w, "d", "d")
+
+    def gemm_chain(b: DagBuilder):  # back-to-back GEMMs; the second weight is computed
+        x, w1, w2 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"]), b.input("W2", ["f", "n"])
+        p = b.tanh(b.matmul(x, w1, "d", "d"))
+        return b.matmul(p, b.neg(w2), "f", "f")
+
+    def elementwise_chain(b: DagBuilder):  # a GEMM, then several elementwise ops on it
+        h = b.matmul(b.input("X", ["m", "d"]), b.input("W", ["d", "n"]), "d", "d")
+        return b.mul(b.tanh(b.add(b.mul(h, h), h)), b.const(0.5))
+
+    def centred_weight(b: DagBuilder):  # an offset on the second operand, free of d
+        return b.matmul(b.input("X", ["m", "d"]),
+                        b.sub(b.input("W", ["d", "n"]), b.input("v", ["n"])), "d", "d")
+
+    def bias_first(b: DagBuilder):  # the bias written first: b + X
+        return b.matmul(b.add(b.input("b", ["d"]), b.input("X", ["m", "d"])),
+                        b.input("W", ["d", "n"]), "d", "d")
+
+    def gain_first(b: DagBuilder):  # the gain written first, the row scale a divisor
+        x, s, c = b.input("X", ["m", "d"]), b.input("s", ["m"]), b.input("c", ["d"])
+        return b.matmul(b.mul(c, b.div(x, s)), b.input("W", ["d", "n"]), "d", "d")
+
+    def gain_second(b: DagBuilder):  # a gain along d on a computed second operand
+        w = b.neg(b.input("W", ["d", "n"]))
+        return b.matmul(b.input("X", ["m", "d"]), b.mul(w, b.input("c", ["d"])), "d", "d")
+
+    small = [("m", 2), ("d", 3), ("n", 2)]
+    g["layernorm_gemm"] = _graph("layernorm_gemm", small, layernorm_gemm)
+    for name, body in (("centred_weight", centred_weight), ("bias_first", bias_first),
+                       ("gain_first", gain_first), ("gain_second", gain_second)):
+        g[name] = _graph(name, small, body)
+    g["gemm_chain"] = _graph("gemm_chain", [("m", 2), ("d", 2), ("f", 3), ("n", 2)], gemm_chain)
+    g["elementwise_chain"] = _graph("elementwise_chain", [("m", 2), ("d", 2), ("n", 3)],
+                                    elementwise_chain)
     return g
 
 

@@ -94,6 +94,10 @@ class _KernelRun:
             arr = band_value(self.g, node, self.ops)
             idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
             return arr[idx]
+        if n not in self.glob:
+            raise DerivationError(f"kernel {self.k} reads node {n} before the kernel that "
+                                  f"computes it (kernel {self.plan.owner(n)}) has run",
+                                  path=f"kernels[{self.k}]")
         arr = self.glob[n]
         idx = tuple(slice(*region[a]) if a in region else slice(None) for a in node.axes)
         return arr[idx]

@@ -8,7 +8,8 @@ Only what ``Superopt.ScalarLaws`` (``Lean/Superopt/IR/Laws.lean``) provides is m
   ``exp2(x · log2e)`` into ``E(x)``, ``log2e`` being the uninterpreted :data:`LOG2E_SYM`;
 * ``max`` is kept in the normal form of ``max_assoc``/``max_comm``/``max_idem`` by
   :func:`max2` and is otherwise uninterpreted;
-* ``sqrt`` (:data:`SQRT`) and the statements' free functions are uninterpreted.
+* ``sqrt`` (:data:`SQRT`), ``tanh``, ``log``, the GELU's ``erf`` and the statements' free
+  functions are uninterpreted.
 
 The refuting model of the laws is ℝ (:data:`LAW_MODELS`) with fixed concrete functions for
 the free functions (:data:`FUNCTION_MODELS`).
@@ -45,8 +46,12 @@ LOG2E_SYM = sp.Symbol("log2e", real=True)
 #: ``ScalarOps.sqrt``: uninterpreted (no law mentions it); ``rsqrt x`` is ``1 / sqrt x``.
 SQRT = sp.Function("sqrt")
 
-#: The refuting model of the laws: ℝ with its exp, 2^x, log₂ e and square root.
-LAW_MODELS: dict = {E: sp.exp, X2: lambda y: sp.Integer(2) ** y, SQRT: sp.sqrt}
+#: ``ScalarOps.tanh``, ``ScalarOps.log`` and the erf of the erf-form GELU: uninterpreted.
+TANH, LOG, ERF = sp.Function("tanh"), sp.Function("log"), sp.Function("erf")
+
+#: The refuting model of the laws: ℝ with its exp, 2^x, log₂ e, square root, tanh, ln, erf.
+LAW_MODELS: dict = {E: sp.exp, X2: lambda y: sp.Integer(2) ** y, SQRT: sp.sqrt,
+                    TANH: sp.tanh, LOG: sp.log, ERF: sp.erf}
 #: The concrete functions that stand for a statement's free functions (``f``, ``g``, ``op``)
 #: in a refuting model, by arity: non-commutative, non-idempotent.
 FUNCTION_MODELS: dict[int, Callable] = {
@@ -79,6 +84,7 @@ def max2(a, b) -> sp.Expr:
 _EXP = np.frompyfunc(E, 1, 1)
 _EXP2 = np.frompyfunc(X2, 1, 1)
 _SQRT = np.frompyfunc(SQRT, 1, 1)
+_TANH, _LOG, _ERF = (np.frompyfunc(f, 1, 1) for f in (TANH, LOG, ERF))
 _MAX = np.frompyfunc(max2, 2, 1)
 
 
@@ -117,6 +123,15 @@ class SymbolicOps(ArrayOps):
     def sqrt(self, x):
         return _obj(_SQRT(x))
 
+    def tanh(self, x):
+        return _obj(_TANH(x))
+
+    def log(self, x):
+        return _obj(_LOG(x))
+
+    def erf(self, x):
+        return _obj(_ERF(x))
+
     def maximum(self, x, y):
         return _obj(_MAX(x, y))
 
@@ -132,6 +147,6 @@ def symbolic_inputs(graph: Graph) -> dict[str, np.ndarray]:
     return {name: real_symbols(name, shape) for name, shape in graph.inputs}
 
 
-__all__ = ["E", "X2", "LOG2E_SYM", "SQRT", "LAW_MODELS", "FUNCTION_MODELS",
+__all__ = ["E", "X2", "LOG2E_SYM", "SQRT", "TANH", "LOG", "ERF", "LAW_MODELS", "FUNCTION_MODELS",
            "FUNCTION_MODEL_TEXT", "real_symbols", "max2", "SymbolicOps", "SYM",
            "symbolic_inputs"]

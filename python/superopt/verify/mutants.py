@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..derive.plan import Plan, initial_plan
-from ..derive.algebra import row_scale_parts
-from ..derive.fusion import merge_kernels, split_parts
+from ..derive.algebra import (commute_parts, contracted_scale_parts, offset_parts,
+                              row_scale_parts)
+from ..derive.fusion import elementwise_only, merge_kernels, split_parts
 from ..derive.online import online_parts
 from ..derive.rewrite import rewrite_graph
 from ..derive.rules import RULES
@@ -222,6 +223,94 @@ def _m_rows(plan: Plan, site: tuple) -> Plan:
     return merge_kernels(plan, p, [c])
 
 
+def _m_distribute(plan: Plan, site: tuple) -> Plan:
+    """(X − v) @ W → X @ W − v: the column sum Σ_k W of the rank-one term is dropped."""
+    g = plan.graph
+    o, idx = site
+    n = g.nodes[o]
+    op, x, v = offset_parts(g, n.args[idx], n.axis if idx == 0 else n.axis_b)
+
+    def emit(em):
+        args = [em.old(a) for a in n.args]
+        args[idx] = em.old(x)
+        mm = em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
+        return em.add(Node(op, (mm, em.old(v))))
+    return initial_plan(rewrite_graph(g, o, emit))
+
+
+def _m_bias(plan: Plan, site: tuple) -> Plan:
+    """(X + b) @ W → X @ W: the bias term b @ W is dropped."""
+    g = plan.graph
+    o, idx = site
+    n = g.nodes[o]
+    _, x, _ = offset_parts(g, n.args[idx], n.axis if idx == 0 else n.axis_b)
+
+    def emit(em):
+        args = [em.old(a) for a in n.args]
+        args[idx] = em.old(x)
+        return em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
+    return initial_plan(rewrite_graph(g, o, emit))
+
+
+def _m_commute(plan: Plan, site: tuple) -> Plan:
+    """((X / s) · c) → (X · c) · s: the row scale comes back as a product."""
+    g = plan.graph
+    o, idx = site
+    n = g.nodes[o]
+    op, x, s, c, a_first = commute_parts(g, n.args[idx], n.axis if idx == 0 else n.axis_b)
+    if op != "div":
+        raise NotApplicable
+
+    def emit(em):
+        xc = em.add(Node("mul", (em.old(x), em.old(c)) if a_first else (em.old(c), em.old(x))))
+        args = [em.old(a) for a in n.args]
+        args[idx] = em.add(Node("mul", (xc, em.old(s))))
+        return em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
+    return initial_plan(rewrite_graph(g, o, emit))
+
+
+def _m_move(plan: Plan, site: tuple) -> Plan:
+    """(a · c) @ W → (a · c) @ (W · c): the scale is copied onto the weight, not moved."""
+    g = plan.graph
+    o, idx = site
+    n = g.nodes[o]
+    _, c = contracted_scale_parts(g, o, idx)
+    other = n.args[1 - idx]
+
+    def emit(em):
+        wc = em.add(Node("mul", (em.old(other), em.old(c))))
+        args = [em.old(n.args[idx]), wc] if idx == 0 else [wc, em.old(n.args[idx])]
+        return em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
+    return initial_plan(rewrite_graph(g, o, emit))
+
+
+def _m_elementwise_sites(plan: Plan) -> list:
+    """Every elementwise kernel reading another one over the same domain, launch order or not."""
+    g, out = plan.graph, []
+    for c in range(len(plan.kernels)):
+        for p in range(c):
+            if elementwise_only(plan, p) and elementwise_only(plan, c) and \
+                    plan.domain(p) == plan.domain(c) and \
+                    any(a in plan.kernels[p].nodes for n in plan.kernels[c].nodes
+                        for a in g.nodes[n].args):
+                out.append((p, c))
+    return out
+
+
+def _m_elementwise(plan: Plan, site: tuple) -> Plan:
+    """The consumer merges into the producer at the producer's position, even when it reads a
+    kernel launched between them: it reads that kernel's buffer before it is written."""
+    p, c = site
+    return merge_kernels(plan, p, [c])
+
+
+def _m_chain(plan: Plan, site: tuple) -> Plan:
+    """The chain kernel is launched at the producer's position, before a kernel that computes
+    the consumer's other operand."""
+    p, c = site
+    return merge_kernels(plan, p, [c])
+
+
 # -- wrong tilings (passed to the interpreter as its ``tiling``) ---------------------------
 
 def _skip_last(size: int, tile: int):
@@ -282,6 +371,23 @@ IMPL_MUTANTS: dict[str, list[ImplMutant]] = {
     "fuse_rows": [_mutant("fuse_rows", "merged without streaming the row axis: the grid tiles "
                           "the reduced axis", _m_rows,
                           graph_names=["softmax_rows", "layernorm_rows"])],
+    "distribute_matmul": [_mutant("distribute_matmul", "the column sum of the rank-one term is "
+                                  "dropped: (X − v) @ W → X @ W − v", _m_distribute,
+                                  graph_names=["layernorm_gemm", "centred_weight"])],
+    "distribute_bias": [_mutant("distribute_bias", "the bias term is dropped: (X + b) @ W → "
+                                "X @ W", _m_bias, graph_names=["layernorm_gemm", "bias_first"])],
+    "commute_row_scale": [_mutant("commute_row_scale", "the row divisor comes back as a "
+                                  "product: (X / s) · c → (X · c) · s", _m_commute,
+                                  graph_names=["gain_first"])],
+    "move_contracted_scale": [_mutant("move_contracted_scale", "the scale is copied onto the "
+                                      "weight instead of moved", _m_move,
+                                      graph_names=["layernorm_gemm", "gain_second"])],
+    "fuse_elementwise": [_mutant("fuse_elementwise", "merged at the producer's position though "
+                                 "the consumer reads a kernel launched in between", _m_elementwise,
+                                 _m_elementwise_sites, ["softmax_rows", "shared_exp"])],
+    "fuse_gemm_chain": [_mutant("fuse_gemm_chain", "the chain kernel is launched where the first "
+                                "GEMM was, before the kernel computing the second weight",
+                                _m_chain, graph_names=["gemm_chain"])],
     # grid axes m, n in tiles of 1 (several tiles), the streamed d in one tile: only the grid
     # enumeration is affected by the skipped last tile
     "tile_parallel": [_mutant("tile_parallel", "the last grid tile is skipped",

@@ -37,7 +37,8 @@ from typing import Any, Iterable, Iterator
 import sympy as sp
 import z3
 
-from .laws import E, FUNCTION_MODEL_TEXT, FUNCTION_MODELS, LAW_MODELS, LOG2E_SYM, SQRT, X2
+from .laws import (ERF, E, FUNCTION_MODEL_TEXT, FUNCTION_MODELS, LAW_MODELS, LOG, LOG2E_SYM,
+                   SQRT, TANH, X2)
 
 # -- the normal form ----------------------------------------------------------------------
 
@@ -209,8 +210,9 @@ def _functions(*exprs) -> dict:
 
 def _model_text(*exprs) -> str:
     fs = _functions(*exprs)
-    law = {E: "exp := eˣ", X2: "exp2 := 2ˣ", SQRT: "sqrt := √"}
-    parts = [law[f] for f in (E, X2, SQRT) if f in fs]
+    law = {E: "exp := eˣ", X2: "exp2 := 2ˣ", SQRT: "sqrt := √", TANH: "tanh := tanh",
+           LOG: "log := ln", ERF: "erf := erf"}
+    parts = [law[f] for f in law if f in fs]
     if any(sp.sympify(e).has(LOG2E_SYM) for e in exprs):
         parts.append("log2e := log₂ e")
     real = bool(parts) or any(sp.sympify(e).has(sp.Max) for e in exprs)

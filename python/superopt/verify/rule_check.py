@@ -1,4 +1,4 @@
-"""Machine checks of the ten rewrite rules: each identity proved by a solver, each
+"""Machine checks of the rewrite rules: each identity proved by a solver, each
 implementation proved against its graph, each deliberately wrong variant refuted.
 
 For every rule of :data:`superopt.derive.rules.RULES`, :func:`check_rule` runs three checks
@@ -32,10 +32,12 @@ Example:
 
 from __future__ import annotations
 
+import collections
+import sys
 from dataclasses import dataclass
 
 from ..derive.rules import RULES
-from .implementation import check_implementation, check_tiling
+from .implementation import check_implementation, check_tiling, impl_cases
 from .mutants import IMPL_MUTANTS
 from .prover import CheckResult
 from .statements import STATEMENTS, check_statement
@@ -68,6 +70,40 @@ class Report:
         return "\n".join(lines)
 
 
+def implementation_bullet(rule_id: str) -> str:
+    """The ``docs/rules.md`` bullet that says where the implementation check applies the rule
+    (the per-graph pair counts), as :func:`implementation_section` writes it."""
+    counts = collections.Counter(c.graph_name for c in impl_cases(rule_id))
+    per = ", ".join(f"{g} ({n})" for g, n in sorted(counts.items()))
+    return (f"* **Implementation** (`implementation.check_implementation(\"{rule_id}\")`): the "
+            f"rule at {sum(counts.values())} (plan, site) pairs — {per} — each run rewritten "
+            "and completed with tiles 1, 2, 3; every output element proved equal to the "
+            "original graph's.")
+
+
+def markdown(report: Report) -> str:
+    """The rule's section of ``docs/rules.md``: theorem, identity, the Lean statement, and
+    the machine check with each mutant's counterexample."""
+    st = STATEMENTS[report.rule_id]
+    lines = [f"## `{report.rule_id}`", "",
+             f"**Lean theorem:** `{report.theorem}` (`Lean/Superopt/Proofs/Soundness.lean`).", "",
+             f"**Identity:** {report.identity}.", "", "```lean", st.lean, "```", "",
+             "### Machine check", "",
+             f"* **Statement** (`statements.STATEMENTS[\"{report.rule_id}\"]`): "
+             f"{len(report.statement.outcomes)} obligations, "
+             f"{'all proved' if report.statement.status == 'proved' else report.statement.status}"
+             f". Bound: {st.bound}.",
+             implementation_bullet(report.rule_id)]
+    descs = [f"Statement mutant** — {st.mutant}"] + [
+        f"Implementation mutant** — {m.description}" for m in IMPL_MUTANTS[report.rule_id]]
+    for desc, res in zip(descs, report.mutants):
+        lines.append(f"* **{desc}: {res.status}.")
+        if res.status == "refuted":
+            lines += ["  ```text"] + ["  " + x for x in res.first_counterexample().split("\n")] \
+                + ["  ```"]
+    return "\n".join(lines) + "\n"
+
+
 def check_rule(rule_id: str, *, mutants: bool = True) -> Report:
     """Prove the rule's identity and implementation; refute its mutants (if ``mutants``)."""
     rule = RULES[rule_id]
@@ -83,4 +119,9 @@ def check_rule(rule_id: str, *, mutants: bool = True) -> Report:
     return Report(rule_id, rule.theorem, st.identity, statement, impl, ms)
 
 
-__all__ = ["Report", "check_rule"]
+__all__ = ["Report", "check_rule", "markdown", "implementation_bullet"]
+
+
+if __name__ == "__main__":  # python -m superopt.verify.rule_check RULE ...: docs sections
+    for rid in sys.argv[1:] or list(RULES):
+        print(markdown(check_rule(rid)))

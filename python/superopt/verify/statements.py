@@ -20,8 +20,6 @@ extras, so only modules of :mod:`superopt.verify` may import this one.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import sympy as sp
@@ -29,50 +27,8 @@ import z3
 
 from .laws import E, LOG2E_SYM, X2, max2, real_symbols
 from .prover import CheckResult, Obligation, prove_all
-
-def tiles(n: int, t: int) -> list[tuple[int, int]]:
-    """The tiles of ``[0, n)`` as ``Superopt.Rules.tile_parallel_div`` splits it: ``n / t``
-    full tiles ``tileOf f t i``, then the edge tile of ``n % t`` elements (Lean's ``n / 0 = 0``
-    and ``n % 0 = n``: with ``t = 0`` the edge tile is everything)."""
-    if t == 0:
-        return [(0, n)] if n else []
-    full = [(i * t, i * t + t) for i in range(n // t)]
-    return full + ([(n // t * t, n)] if n % t else [])
-
-
-def _sum(xs) -> sp.Expr:
-    """``sumList``: a right fold of ``+`` from ``0``."""
-    out = sp.Integer(0)
-    for x in reversed(list(xs)):
-        out = x + out
-    return out
-
-
-def _max_fold(init, xs) -> sp.Expr:
-    """``maxFold init xs``: a right fold of ``max`` from ``init``."""
-    out = init
-    for x in reversed(list(xs)):
-        out = max2(x, out)
-    return out
-
-
-BINOPS: dict[str, Callable] = {  # evalBinOp, and a free binary op
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "max": max2,
-    "op": lambda a, b: sp.Function("op")(a, b)}
-
-
-@dataclass(frozen=True)
-class Statement:
-    """The identity a rule relies on, as its Lean theorem states it, with its bound."""
-
-    rule_id: str
-    lean: str
-    identity: str
-    bound: str
-    build: Callable[[bool], list[Obligation]]  # build(mutant) -> obligations
-    mutant: str
-
+from .statement_base import BINOPS, Statement, max_fold, sum_list, tiles
+from .statements_models import MODEL_STATEMENTS
 
 def _stabilize(mutant: bool) -> list[Obligation]:
     """``Rules.stabilize_softmax f xs a m``; on graphs ``m`` is ``max_axis s``."""
@@ -80,14 +36,14 @@ def _stabilize(mutant: bool) -> list[Obligation]:
     a, m = sp.symbols("a m", real=True)
     for n in range(1, 5):
         f = list(real_symbols("f", (n,)))
-        den = _sum(E(x) for x in f) if mutant else _sum(E(x - m) for x in f)
+        den = sum_list(E(x) for x in f) if mutant else sum_list(E(x - m) for x in f)
         obs.append(Obligation(f"|xs|={n}, any a, m", E(a - m) / den,
-                              E(a) / _sum(E(x) for x in f)))
-        top = _max_fold(f[0], f[1:])  # the rule's m: max over the axis, a = one of the scores
+                              E(a) / sum_list(E(x) for x in f)))
+        top = max_fold(f[0], f[1:])  # the rule's m: max over the axis, a = one of the scores
         for j in range(n):
-            den = _sum(E(x) for x in f) if mutant else _sum(E(x - top) for x in f)
+            den = sum_list(E(x) for x in f) if mutant else sum_list(E(x - top) for x in f)
             obs.append(Obligation(f"|xs|={n}, a = f {j}, m = max f", E(f[j] - top) / den,
-                                  E(f[j]) / _sum(E(x) for x in f)))
+                                  E(f[j]) / sum_list(E(x) for x in f)))
     return obs
 
 
@@ -97,21 +53,21 @@ def _factor(mutant: bool) -> list[Obligation]:
     s, inv = sp.Symbol("s", real=True), sp.Symbol("s⁻¹", real=True)
     for n in range(0, 5):
         x, w, sk = (list(real_symbols(nm, (n,))) for nm in ("x", "w", "s"))
-        xw = _sum(x[k] * w[k] for k in range(n))
+        xw = sum_list(x[k] * w[k] for k in range(n))
         tag = f"|ks|={n}"
         if mutant:  # the scale runs along the contracted axis (hr violated), factored anyway
             if n:
                 obs.append(Obligation(f"{tag}, s depends on k",
-                                      _sum(x[k] * sk[k] * w[k] for k in range(n)), sk[0] * xw))
+                                      sum_list(x[k] * sk[k] * w[k] for k in range(n)), sk[0] * xw))
             continue
         obs.append(Obligation(f"{tag}, x·s (the theorem)",
-                              _sum(x[k] * s * w[k] for k in range(n)), s * xw))
-        obs.append(Obligation(f"{tag}, s·x", _sum(s * x[k] * w[k] for k in range(n)), s * xw))
+                              sum_list(x[k] * s * w[k] for k in range(n)), s * xw))
+        obs.append(Obligation(f"{tag}, s·x", sum_list(s * x[k] * w[k] for k in range(n)), s * xw))
         # x / s = x · s⁻¹ with s⁻¹ a variable of its own: holds for s = 0 too (x / 0 = 0)
-        obs.append(Obligation(f"{tag}, x/s", _sum(x[k] * inv * w[k] for k in range(n)),
+        obs.append(Obligation(f"{tag}, x/s", sum_list(x[k] * inv * w[k] for k in range(n)),
                               xw * inv))
         obs.append(Obligation(f"{tag}, w·s (scaled second operand)",
-                              _sum(x[k] * (w[k] * s) for k in range(n)), s * xw))
+                              sum_list(x[k] * (w[k] * s) for k in range(n)), s * xw))
     return obs
 
 
@@ -124,18 +80,18 @@ def _exp2_stmt(mutant: bool) -> list[Obligation]:
                       E(s - m), X2(s * c - m * c))]
     for n in range(1, 5):
         f = list(real_symbols("f", (n,)))
-        obs.append(Obligation(f"softmax_exp2, |xs|={n}", E(a) / _sum(E(y) for y in f),
-                              X2(a * c - m * c) / _sum(X2(y * c - m * c) for y in f)))
+        obs.append(Obligation(f"softmax_exp2, |xs|={n}", E(a) / sum_list(E(y) for y in f),
+                              X2(a * c - m * c) / sum_list(X2(y * c - m * c) for y in f)))
     return obs
 
 
 def _online_state(s, v, st, tile, m_new=None, mutant=False):
     """``onlineStep`` (``m' = maxFold m (tile.map s)``) or ``rescaleStep`` with ``m_new``."""
     m, l, acc = st
-    m2 = _max_fold(m, [s[j] for j in tile]) if m_new is None else m_new
+    m2 = max_fold(m, [s[j] for j in tile]) if m_new is None else m_new
     r = sp.Integer(1) if mutant else E(m - m2)
-    return (m2, r * l + _sum(E(s[j] - m2) for j in tile),
-            r * acc + _sum(E(s[j] - m2) * v[j] for j in tile))
+    return (m2, r * l + sum_list(E(s[j] - m2) for j in tile),
+            r * acc + sum_list(E(s[j] - m2) * v[j] for j in tile))
 
 
 #: Key tilings of the online-softmax instances: every split of 1..6 keys into 1..3 tiles of
@@ -161,14 +117,14 @@ def _online(mutant: bool) -> list[Obligation]:
         keys = [j for t in ts for j in t]
         nk = max(keys) + 1
         s, v = list(real_symbols("s", (nk,))), list(real_symbols("v", (nk,)))
-        z = _sum(E(s[j]) for j in keys)
+        z = sum_list(E(s[j]) for j in keys)
         tag = f"tiles={ts}"
         st = (m0, sp.Integer(0), sp.Integer(0))
         for t in ts:
             st = _online_state(s, v, st, t, mutant=mutant)
         out = st[2] / st[1]
         obs.append(Obligation(f"{tag}: out = Σ softmax(s) v", out,
-                              _sum(E(s[j]) / z * v[j] for j in keys)))
+                              sum_list(E(s[j]) / z * v[j] for j in keys)))
         obs.append(Obligation(f"{tag}: l·exp m = Σ exp s", st[1] * E(st[0]), z))
         # rescaleStep with an arbitrary new running value each step (any m is sound)
         ms = list(real_symbols("m", (len(ts),)))
@@ -176,11 +132,11 @@ def _online(mutant: bool) -> list[Obligation]:
         for t, mt in zip(ts, ms):
             st = _online_state(s, v, st, t, m_new=mt, mutant=mutant)
         obs.append(Obligation(f"{tag}, any m: acc·exp m = Σ exp(s)·v", st[2] * E(st[0]),
-                              _sum(E(s[j]) * v[j] for j in keys)))
+                              sum_list(E(s[j]) * v[j] for j in keys)))
     return obs
 
 
-def _pair_sum(f, g, ks):
+def _pairsum_list(f, g, ks):
     """``pairSum f g ks``: one pass, a pair accumulator (a right fold from (0, 0))."""
     acc = (sp.Integer(0), sp.Integer(0))
     for k in reversed(ks):
@@ -196,14 +152,14 @@ def _share(mutant: bool) -> list[Obligation]:
         a, w1, w2 = (list(real_symbols(nm, (n,))) for nm in ("a", "w₁", "w₂"))
         f = lambda k: a[k] * w1[k]  # noqa: E731
         g = lambda k: a[k] * (w1 if mutant else w2)[k]  # noqa: E731
-        want = (_sum(a[k] * w1[k] for k in range(n)), _sum(a[k] * w2[k] for k in range(n)))
+        want = (sum_list(a[k] * w1[k] for k in range(n)), sum_list(a[k] * w2[k] for k in range(n)))
         for t in range(0, n + 1):
             if t == 0:
-                got, tag = _pair_sum(f, g, list(range(n))), f"|ks|={n}, one pass"
+                got, tag = _pairsum_list(f, g, list(range(n))), f"|ks|={n}, one pass"
             else:  # the kernel: a pass per tile, the pair accumulated across tiles
                 got, tag = (sp.Integer(0), sp.Integer(0)), f"|ks|={n}, tiles of {t}"
                 for lo, hi in tiles(n, t):
-                    p = _pair_sum(f, g, list(range(lo, hi)))
+                    p = _pairsum_list(f, g, list(range(lo, hi)))
                     got = (got[0] + p[0], got[1] + p[1])
             obs.append(Obligation(f"{tag}: first GEMM", got[0], want[0]))
             obs.append(Obligation(f"{tag}: second GEMM", got[1], want[1]))
@@ -221,10 +177,10 @@ def _prologue(mutant: bool) -> list[Obligation]:
             for t in range(1, n + 1):
                 acc = sp.Integer(0)
                 for lo, hi in tiles(n, t):  # the reader's loop computes op on each tile
-                    acc += _sum((op(z[k], x[k]) if mutant else op(x[k], z[k])) * w[k]
+                    acc += sum_list((op(z[k], x[k]) if mutant else op(x[k], z[k])) * w[k]
                                 for k in range(lo, hi))
                 obs.append(Obligation(f"op={name}, |k|={n}, tiles of {t}", acc,
-                                      _sum(y[k] * w[k] for k in range(n))))
+                                      sum_list(y[k] * w[k] for k in range(n))))
     return obs
 
 
@@ -236,14 +192,14 @@ def _epilogue(mutant: bool) -> list[Obligation]:
         for N, K in itertools.product(range(1, 3), range(1, 4)):
             A, B = real_symbols("A", (N, K)), real_symbols("B", (K,))
             u = real_symbols("u", (N,))
-            x = [_sum(A[i, k] * B[k] for k in range(K)) for i in range(N)]  # materialised
+            x = [sum_list(A[i, k] * B[k] for k in range(K)) for i in range(N)]  # materialised
             for tg, ts in itertools.product(range(1, N + 1), range(1, K + 1)):
                 out = [None] * N
                 for lo, hi in tiles(N, tg):  # grid tiles of the producer's domain
                     for i in range(lo, hi):
                         acc = sp.Integer(0)
                         for a, b in tiles(K, ts):  # the producer's streamed loop
-                            acc += _sum(A[i, k] * B[k] for k in range(a, b))
+                            acc += sum_list(A[i, k] * B[k] for k in range(a, b))
                         c = op(acc, u[i])  # the epilogue, on the final fragment
                         out[i] = op(c, u[i]) if mutant else c
                 for i in range(N):
@@ -260,13 +216,13 @@ def _split(mutant: bool) -> list[Obligation]:
     F, G, H = sp.Function("f"), sp.Function("g"), sp.Function("h")
     for N, K in itertools.product(range(1, 3), range(1, 5)):
         X = real_symbols("X", (N, K))
-        red = [_sum(F(X[i, k]) for k in range(K)) for i in range(N)]
+        red = [sum_list(F(X[i, k]) for k in range(K)) for i in range(N)]
         for t in range(1, K + 1):
             buf = []  # kernel 1: stream the reduction, apply the per-row chain, store
             for i in range(N):
                 acc = sp.Integer(0)
                 for lo, hi in tiles(K, t):
-                    acc += _sum(F(X[i, k]) for k in range(lo, hi))
+                    acc += sum_list(F(X[i, k]) for k in range(lo, hi))
                 buf.append(acc if mutant else G(acc))
             for i, k in itertools.product(range(N), range(K)):  # kernel 2 reads buf[i]
                 obs.append(Obligation(f"N={N}, K={K}, tiles of {t}, (i,k)=({i},{k})",
@@ -288,13 +244,13 @@ def _rows(mutant: bool) -> list[Obligation]:
                 r1 = sp.Integer(0)
                 r2 = sp.Integer(0)
                 for lo, hi in tiles(K, t):  # pass 1
-                    r1 = r1 + _sum(F(X[i, k]) for k in range(lo, hi))
+                    r1 = r1 + sum_list(F(X[i, k]) for k in range(lo, hi))
                 running = sp.Integer(0)
                 for lo, hi in tiles(K, t):  # pass 2, reading r1's final value
-                    running = running + _sum(F(X[i, k]) for k in range(lo, hi))
-                    r2 = r2 + _sum(G(X[i, k], running if mutant else r1) for k in range(lo, hi))
-                want1 = _sum(F(X[i, k]) for k in range(K))
-                want2 = _sum(G(X[i, k], want1) for k in range(K))
+                    running = running + sum_list(F(X[i, k]) for k in range(lo, hi))
+                    r2 = r2 + sum_list(G(X[i, k], running if mutant else r1) for k in range(lo, hi))
+                want1 = sum_list(F(X[i, k]) for k in range(K))
+                want2 = sum_list(G(X[i, k], want1) for k in range(K))
                 for k in range(K):
                     obs.append(Obligation(f"N={N}, K={K}, tiles of {t}, (i,k)=({i},{k})",
                                           H(X[i, k], r2), H(X[i, k], want2)))
@@ -333,7 +289,7 @@ def _tile(mutant: bool) -> list[Obligation]:
     return obs
 
 
-def _z3_max_fold(xs):
+def _z3max_fold(xs):
     """``maxFold init xs`` over ℝ in z3 (``max`` as ``If``), from the real ``init``."""
     out = z3.Real("init")
     for x in reversed(xs):
@@ -353,19 +309,19 @@ def _stream(mutant: bool) -> list[Obligation]:
         if mutant and ts and ts[-1][1] - ts[-1][0] != T:
             ts = ts[:-1]  # the edge tile is dropped
         tag = f"n={n}, T={T}"
-        parts = [_sum(x[lo:hi]) for lo, hi in ts]
-        obs.append(Obligation(f"{tag}: Σ = Σ of tile sums", _sum(parts), _sum(x)))
+        parts = [sum_list(x[lo:hi]) for lo, hi in ts]
+        obs.append(Obligation(f"{tag}: Σ = Σ of tile sums", sum_list(parts), sum_list(x)))
         acc = sp.Integer(0)
         for p in parts:  # streamSum: a left fold acc + Σ tile from 0
             acc = acc + p
-        obs.append(Obligation(f"{tag}: streamSum", acc, _sum(x)))
-        tiled = _sum(_sum(a * b for a, b in zip(x[lo:hi], y[lo:hi])) for lo, hi in ts)
-        obs.append(Obligation(f"{tag}: matmul", tiled, _sum(a * b for a, b in zip(x, y))))
-        maxes = [_max_fold(init, x[lo:hi]) for lo, hi in ts]
-        obs.append(Obligation(f"{tag}: max (laws)", _max_fold(init, maxes), _max_fold(init, x)))
+        obs.append(Obligation(f"{tag}: streamSum", acc, sum_list(x)))
+        tiled = sum_list(sum_list(a * b for a, b in zip(x[lo:hi], y[lo:hi])) for lo, hi in ts)
+        obs.append(Obligation(f"{tag}: matmul", tiled, sum_list(a * b for a, b in zip(x, y))))
+        maxes = [max_fold(init, x[lo:hi]) for lo, hi in ts]
+        obs.append(Obligation(f"{tag}: max (laws)", max_fold(init, maxes), max_fold(init, x)))
         zx = [z3.Real(f"x[{k}]") for k in range(n)]
-        zparts = [_z3_max_fold(zx[lo:hi]) for lo, hi in ts]
-        obs.append(Obligation(f"{tag}: max (z3, ℝ)", _z3_max_fold(zparts), _z3_max_fold(zx),
+        zparts = [_z3max_fold(zx[lo:hi]) for lo, hi in ts]
+        obs.append(Obligation(f"{tag}: max (z3, ℝ)", _z3max_fold(zparts), _z3max_fold(zx),
                               solver="z3"))
     return obs
 
@@ -484,6 +440,7 @@ STATEMENTS: dict[str, Statement] = {s.rule_id: s for s in (
         "accumulated per-tile results over n / T full tiles and the edge tile",
         "n, T ∈ 0..4; symbolic x, y, init; max by the max laws and by z3 over ℝ",
         _stream, "the edge tile is dropped"),
+    *MODEL_STATEMENTS,
 )}
 
 
