@@ -543,6 +543,13 @@ def test_config_of_wrong_types_is_a_lowering_error(cfg, match):
         check_config(MATMUL, cfg)
 
 
+def test_other_families_records_are_lowering_errors():
+    with pytest.raises(LoweringError, match="takes a GemmConfig, got RowConfig"):
+        gemm_source(MATMUL, RowConfig(1, 64, 32))
+    with pytest.raises(LoweringError, match="takes a GemmSpec, got RowReduceSpec"):
+        gemm_config_space(RowReduceSpec(4, 4, "sum"))
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(batch=1.0), "batch must be an integer"), (dict(m=True), "m must be an integer"),
     (dict(row_inputs=["r"], epilogue="{r}"), "row_inputs must be a tuple"),
@@ -784,6 +791,7 @@ def test_prologue_gemm_lowers_computing_a_on_its_tiles(tmp_path, spec):
         assert f"A_s[i, j] = T.Cast(\"{spec.dtype}\"," in src
         cuda, launch = lower(tmp_path, src, spec.name)
         assert launch["grid"] == expected_grid(spec, cfg)
+        assert launch["block"] == (gemm_block_threads(spec, cfg), 1, 1)
         assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
         assert "wgmma" in cuda
         for a, d in spec.a_inputs:  # TMA where the row pitch allows it

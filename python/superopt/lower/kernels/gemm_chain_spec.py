@@ -111,11 +111,13 @@ def check_chain_spec(spec: GemmChainSpec) -> None:
     """Validate a chain spec.
 
     Raises:
-        LoweringError: a field of the wrong type, a size out of range (``f`` over 256, a
-            tensor of 2^31 elements or more), a B batch that does not divide the batch, an
-            unknown layout or dtype, a bad or repeated name, or an expression field the spec
-            does not provide.
+        LoweringError: not a chain spec, a field of the wrong type, a size out of range
+            (``f`` over 256, a tensor of 2^31 elements or more), a B batch that does not
+            divide the batch, an unknown layout or dtype, a bad or repeated name, or an
+            expression field the spec does not provide.
     """
+    if not isinstance(spec, GemmChainSpec):
+        raise LoweringError(f"a GEMM chain takes a GemmChainSpec, got {type(spec).__name__}")
     for name in ("batch", "m", "k", "f", "n"):
         v = getattr(spec, name)
         if isinstance(v, bool) or not isinstance(v, int):

@@ -69,7 +69,8 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     Per K step a block is bound by the tensor cores (``block_m·block_n·block_k`` FMAs per
     GEMM at 2048 FMA/clk) or by shared memory (each ``wgmma m64nNk16`` reads its 64×16 A
     and 16×N B slices; TMA writes the A/B tiles; the sum-of-squares reads the A tile
-    again), plus a fixed synchronisation cost; tiles run in waves of ``num_sms``.
+    again; a prologue reads its inputs' tiles and writes the A tile), plus a fixed
+    synchronisation cost; tiles run in waves of ``num_sms``.
     """
     if isinstance(spec, GemmChainSpec):
         return chain_cost_clk(spec, cfg, num_sms)
@@ -87,13 +88,18 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
         operand_reads = wgs * n_gemm * atoms * k16 * (64 * 16 + 16 * wg_n) * ib
     tma_writes = (cfg.block_m + n_gemm * cfg.block_n) * cfg.block_k * ib
     sumsq_reads = cfg.block_m * cfg.block_k * ib if spec.a_row_sumsq else 0
-    smem = (operand_reads + tma_writes + sumsq_reads) / _SMEM_BYTES_PER_CLK
+    # a prologue reads its inputs' tiles and writes the A tile once more per K step
+    prologue = (sum(cfg.block_m * cfg.block_k * itemsize(d) for _, d in spec.a_inputs) +
+                cfg.block_m * cfg.block_k * ib) if spec.a_inputs else 0
+    smem = (operand_reads + tma_writes + sumsq_reads + prologue) / _SMEM_BYTES_PER_CLK
     ksteps = ceil_div(spec.k, cfg.block_k) if spec.k else 0
     # Fewer stages than needed to cover the ~1 µs TMA latency stall the ring.
     stall = 1.0 + 0.08 * max(0, 3 - cfg.stages)
     # "ws" keeps one wgmma batch in flight instead of draining the tensor pipe every K
     # step; a 2-CTA cluster halves the L2 reads of B (multicast).
     overhead = _KSTEP_OVERHEAD_CLK / 2 if cfg.schedule == "ws" else _KSTEP_OVERHEAD_CLK
+    if spec.a_inputs:  # the consumers' two barriers around computing the A tile
+        overhead += _KSTEP_OVERHEAD_CLK
     b_bytes = n_gemm * cfg.block_n * cfg.block_k * ib / cfg.cluster_m
     l2 = (cfg.block_m * cfg.block_k * ib + b_bytes) / _L2_BYTES_PER_CLK
     mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)

@@ -260,6 +260,8 @@ def check_spec(spec: GemmSpec) -> None:
             layout or dtype, a bad or repeated name, or a prologue or epilogue that names a
             field the spec does not provide.
     """
+    if not isinstance(spec, GemmSpec):
+        raise LoweringError(f"a GEMM kernel takes a GemmSpec, got {type(spec).__name__}")
     _check_types(spec, _SPEC_TYPES, "GEMM spec")
     if spec.b_batch is not None:
         _check_types(spec, {"b_batch": int}, "GEMM spec")
@@ -272,7 +274,8 @@ def check_spec(spec: GemmSpec) -> None:
         raise LoweringError(f"b_batch must divide batch={spec.batch}, got {spec.b_batch}")
     if spec.b_layout not in ("kn", "nk"):
         raise LoweringError(f"b_layout must be 'kn' or 'nk', got {spec.b_layout!r}")
-    for what, count in (("A", spec.batch * spec.m * spec.k), ("B", spec.b_batches * spec.k * spec.n),
+    for what, count in (("A", spec.batch * spec.m * spec.k),
+                        ("B", spec.b_batches * spec.k * spec.n),
                         ("C", spec.batch * spec.m * spec.n)):
         if count >= MAX_ELEMENTS:
             raise LoweringError(f"GEMM {what} has {count} elements; the kernels index with "
@@ -318,8 +321,11 @@ def check_config_fields(cfg: GemmConfig) -> None:
     """Check the types of a config's fields (every GEMM variant's first check).
 
     Raises:
-        LoweringError: a field of the wrong type (``bool`` is not an integer here).
+        LoweringError: not a :class:`GemmConfig`, or a field of the wrong type (``bool`` is
+            not an integer here).
     """
+    if not isinstance(cfg, GemmConfig):
+        raise LoweringError(f"a GEMM kernel takes a GemmConfig, got {type(cfg).__name__}")
     _check_types(cfg, _CONFIG_TYPES, "GEMM config")
 
 
@@ -497,8 +503,9 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     """Dynamic shared memory of one block, in bytes (an upper bound on TileLang's plan).
 
     The K ring holds ``stages`` × (A tile + B tile [+ B2 tile]); with a prologue, the A
-    inputs' tiles take the A tile's place in the ring and the computed A tile comes once
-    more per stage. The C staging tile is live only after the K loop, and TileLang's
+    inputs' tiles take the A tile's place in the ring and the computed A tile is one more
+    buffer (measured on 0.1.15: TileLang's pipeline does not multi-buffer it). The C staging
+    tile is live only after the K loop, and TileLang's
     storage planner lets it reuse the ring (measured on 0.1.15: 128×256×64, 4 stages, fp16
     → 196608 bytes, exactly the ring), so the bound is the larger of the two plus the small
     vectors; a persistent kernel keeps both (the sum), and so does ``"ws"`` unless
@@ -507,9 +514,11 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     ib = itemsize(spec.dtype)
     n_b = 2 if spec.dual else 1
     a_tile = cfg.block_m * cfg.block_k * ib
-    if spec.a_inputs:
-        a_tile += sum(cfg.block_m * cfg.block_k * itemsize(d) for _, d in spec.a_inputs)
-    ring = cfg.stages * (a_tile + n_b * cfg.block_k * cfg.block_n * ib)
+    computed = 0
+    if spec.a_inputs:  # the inputs' tiles are staged; the computed A tile is one buffer
+        computed, a_tile = a_tile, sum(cfg.block_m * cfg.block_k * itemsize(d)
+                                       for _, d in spec.a_inputs)
+    ring = cfg.stages * (a_tile + n_b * cfg.block_k * cfg.block_n * ib) + computed
     if spec.k == 0:
         ring = 0
     c_stage = cfg.block_m * cfg.block_n * itemsize(spec.out_dtype) if cfg.store == "tma" else 0

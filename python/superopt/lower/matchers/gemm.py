@@ -72,7 +72,8 @@ def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> 
         if b_axes == pre + (n_axis, r):
             return "nk", j
     raise LoweringError(f"kernel {k}: B operand axes {list(b_axes)} fit no layout (B's batch "
-                        f"axes must be a prefix of [{', '.join(batch_axes)}])", path=f"kernels[{k}]")
+                        f"axes must be a prefix of [{', '.join(batch_axes)}])",
+                        path=f"kernels[{k}]")
 
 
 def _prologue_nodes(plan: Plan, k: int, a_node: NodeId) -> set[NodeId]:
