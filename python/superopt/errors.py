@@ -15,7 +15,8 @@ response (``docs/wire.md``), and a ``path`` saying where the problem is: a node 
     │   ├── CycleError            a node that (transitively) reads itself
     │   └── MissingOutputError    a graph without an output
     ├── WireError             bytes that are not a valid message
-    │   ├── DecodeError           not msgpack, truncated, trailing bytes, too deep
+    │   ├── DecodeError           not msgpack, truncated, trailing bytes, too deep, too big
+    │   │                         to hold (``offset``: the byte where it goes wrong)
     │   ├── VersionError          ``v`` is not a protocol version we speak
     │   ├── UnknownKindError      ``kind`` names no request
     │   └── SchemaError           a field missing, of the wrong type or out of range
@@ -40,7 +41,11 @@ its class. Every :class:`KernelError` subclass travels on the wire as kind ``ker
 v1 contract, ``docs/wire.md`` section 5) and carries its ``status``. The full table, with
 the CLI exit statuses and the numeric conventions: ``docs/errors.md``.
 
-Owns: every error class and its wire kind. Imports nothing.
+:class:`Interrupted` is not a failure and not a ``SuperoptError``: a run stopped by SIGINT or
+SIGTERM (or :func:`superopt.run.pool.stop`). It is a ``KeyboardInterrupt``, so that no
+``except Exception`` on the way out swallows it; the CLI exits ``128 + signum`` (130, 143).
+
+Owns: every error class and its wire kind, and the interruption. Imports nothing.
 """
 
 from __future__ import annotations
@@ -101,7 +106,21 @@ class WireError(SuperoptError):
 
 
 class DecodeError(WireError):
+    """Bytes that are not one valid message. ``offset`` is the byte where it goes wrong
+    (``docs/errors.md`` section 2: the header of the bad value, the first trailing byte,
+    the length of a truncated input; ``None`` when the input is not bytes at all); ``str(e)``
+    ends in ``at byte <offset>``. ``path`` stays ``""`` and the wire ``message`` is the text
+    without the offset (the wire error map has no field for it, ``docs/wire.md`` 4.5)."""
+
     kind = "decode"
+
+    def __init__(self, message: str, *, path: str = "", offset: int | None = None) -> None:
+        super().__init__(message, path=path)
+        self.offset = offset
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if self.offset is None else f"{text} at byte {self.offset}"
 
 
 class VersionError(WireError):
@@ -166,6 +185,16 @@ class NonFiniteError(KernelError):
 
 class WrongResultError(KernelError):
     status = "wrong"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped: by a signal (``signum`` 2 SIGINT, 15 SIGTERM) or by
+    :func:`superopt.run.pool.stop` (then ``signum`` is the one given to it, SIGINT by
+    default). Not a :class:`SuperoptError`: nothing was wrong with the input or the product."""
+
+    def __init__(self, signum: int = 2) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 #: The class of each failed candidate status (``ok`` and ``skipped`` are not failures).
