@@ -13,7 +13,9 @@ the ``--case`` sizes as keyword arguments and returns a Graph) or a wire-format
 Exit status: 0 success (also when the reader of stdout goes away early, e.g. ``| head -1``);
 2 bad usage or input (one line on stderr naming the problem); 3 timing asked for on a machine
 without CUDA; 1 a failure that is not the input's fault (one line for typed errors and out of
-memory; a traceback for a bug); 130 interrupted. ``docs/errors.md`` lists them all.
+memory; a traceback for a bug); 130 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM):
+within a second or two, every worker process group killed and reaped, one line
+(``superopt: interrupted`` / ``superopt: terminated``). ``docs/errors.md`` lists them all.
 
 Owns: argument parsing, exit statuses and what is printed. Calls the search, the report
 and the derivation faces; computes nothing itself.
@@ -22,17 +24,25 @@ and the derivation faces; computes nothing itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .dtypes import DTYPES, STORAGE_DTYPES
-from .errors import CaseError, NoCudaError, OutOfMemoryError, SuperoptError, from_exception
+from .errors import (CaseError, Interrupted, NoCudaError, OutOfMemoryError, SuperoptError,
+                     from_exception)
 from .ir.workloads import WORKLOADS, parse_case
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NO_CUDA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NO_CUDA = 0, 1, 2, 3
+#: 128 + the signal number, and the one line printed, of a run stopped by a signal.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
+STOP_SIGNALS = {signal.SIGINT: (EXIT_INTERRUPTED, "superopt: interrupted"),
+                signal.SIGTERM: (EXIT_TERMINATED, "superopt: terminated")}
 #: Error kinds that are the input's fault: exit status 2 (the graph kinds come from a bad
 #: case reaching shape inference; a ``--show`` id naming no derivation is a ``case`` error).
 USAGE_KINDS = ("case", "graph", "unknown_axis", "size_mismatch", "contraction", "reduce_axis",
@@ -214,6 +224,19 @@ def _check_out_dir(out: str | None) -> Path | None:
     return path
 
 
+def _write_out_dir(record, out: Path) -> list[Path]:
+    """``report.write_outputs(record, out)`` (atomic per file), with a failure to write (the
+    directory removed or made read-only during the run, a full disk) a typed error at
+    ``--out`` instead of a traceback; the table is already printed."""
+    from .report import write_outputs
+    try:
+        return write_outputs(record, out)
+    except OSError as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        raise CaseError(f"cannot write the outputs to {str(out)!r}{where}: "
+                        f"{e.strerror or e}", path="--out") from None
+
+
 def cmd_run(args) -> int:
     g = _graph(args)  # bad input (2), then no CUDA (3), fail before the heavy imports
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -225,7 +248,7 @@ def cmd_run(args) -> int:
                               "to derive and lower without one", path="device")
     out = _check_out_dir(args.out)
     from .dtypes import dtype
-    from .report import print_table, write_outputs
+    from .report import print_table
     from .search import dry_run, tune
     dt = dtype(args.dtype).name
     command = "superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -238,7 +261,7 @@ def cmd_run(args) -> int:
                       **caps)
     print_table(record)
     if out is not None:
-        paths = write_outputs(record, out)
+        paths = _write_out_dir(record, out)
         print(f"wrote {', '.join(str(p) for p in paths)}")
     if args.dry_run:
         return 0 if all(c.status == "lowered" for c in record.candidates) else 1
@@ -267,8 +290,79 @@ def exit_status(e: SuperoptError) -> int:
     return EXIT_USAGE if isinstance(e, CaseError) or e.kind in USAGE_KINDS else EXIT_FAILURE
 
 
+class _SignalStop:
+    """SIGINT/SIGTERM while a command runs: stop everything at once, say so in one line.
+
+    The first signal stops the pools and kills every worker process group
+    (:func:`superopt.run.pool.stop`, safe in a handler: no lock, no wait) and raises
+    :class:`~superopt.errors.Interrupted` in the main thread, which unwinds to :func:`main`
+    (the planning loop and the engine also see the stop between candidates). A second
+    signal while that unwinds exits at once: it kills the workers again, prints the line if
+    :func:`main` has not yet, and leaves with ``os._exit``.
+    """
+
+    def __init__(self) -> None:
+        from .run.pool import stop  # imported now: a handler must not import
+        from .run.process import reap_workers
+        self.stop_run, self.reap_workers = stop, reap_workers
+        self.signum: int | None = None
+        self.reported = False
+        self.finished = False  # the command has returned: stop, but raise nothing
+
+    def handler(self, signum: int, frame) -> None:
+        self.stop_run(signum)
+        if self.finished:
+            return
+        if self.signum is None:
+            self.signum = signum
+            raise Interrupted(signum)
+        status, line = STOP_SIGNALS.get(self.signum, STOP_SIGNALS[signal.SIGINT])
+        if not self.reported:
+            self.reported = True
+            os.write(2, (line + "\n").encode())
+        os._exit(status)
+
+    def report(self, e: KeyboardInterrupt) -> int:
+        """Print the one line of an interruption and return its exit status; the workers of
+        a signalled stop are reaped first (waited for, at most a second)."""
+        signum = getattr(e, "signum", signal.SIGINT)
+        if isinstance(e, Interrupted):
+            self.reap_workers(timeout_s=1.0)
+        status, line = STOP_SIGNALS.get(signum, STOP_SIGNALS[signal.SIGINT])
+        if not self.reported:
+            self.reported = True
+            print(line, file=sys.stderr, flush=True)
+        return status
+
+
+@contextlib.contextmanager
+def _signals_stop_the_command():
+    """Install :class:`_SignalStop`'s handler for SIGINT and SIGTERM for the duration of
+    one command and restore the previous handlers after (only in the main thread: Python
+    delivers signals there and nowhere else)."""
+    stop = _SignalStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, stop.handler) for s in STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        stop.finished = True
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 def main(argv=None) -> int:
     """Run one command; returns the exit status (see the module docstring)."""
+    with _signals_stop_the_command() as stop:
+        try:
+            return _main(argv, stop)
+        except KeyboardInterrupt as e:  # a signal between _main's handlers and its return
+            return stop.report(e)
+
+
+def _main(argv, stop: _SignalStop) -> int:
     try:
         args = build_parser().parse_args(argv)
         status = {"run": cmd_run, "derive": cmd_derive, "workloads": cmd_workloads}[args.cmd](args)
@@ -282,9 +376,8 @@ def main(argv=None) -> int:
     except SuperoptError as e:
         print(f"superopt: error: {e}", file=sys.stderr)
         return exit_status(e)
-    except KeyboardInterrupt:
-        print("superopt: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        return stop.report(e)
     except Exception as e:  # noqa: BLE001 - out of memory is one line; a bug keeps its traceback
         typed = from_exception(e)
         if not isinstance(typed, OutOfMemoryError):

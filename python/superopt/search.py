@@ -27,7 +27,7 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,7 +35,7 @@ from .derive.derivation import Derivation, Derived
 from .derive.enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, enumerate_derivations,
                                 replay)
 from .dtypes import dtype_name, itemsize, storage_dtype as _storage
-from .errors import DerivationError, LoweringError
+from .errors import DerivationError, Interrupted, LoweringError, SuperoptError, from_exception
 from .ir.dag import Graph
 from .lower.config import config_space
 from .lower.lowering import KernelLowering, PlanMatch, storage_dtype
@@ -44,6 +44,7 @@ from .lower.module import lower_plan, module_header
 from .lower.target import HOPPER, Target
 from .record import CandidateRecord, PlannedCandidate, RunRecord
 from .report import write_outputs
+from .run.pool import stopped
 from .run.records import Comparison, PeerResult, TimingConfig
 
 
@@ -70,15 +71,71 @@ def estimate_us(match: PlanMatch, target: Target = HOPPER) -> float:
     return total
 
 
+@dataclass(frozen=True)
+class PlanFailure:
+    """A plan or a candidate that failed in planning, recorded instead of raised.
+
+    ``derivation``: its derivation id; ``config``: the flat configuration (``None`` when the
+    plan itself failed to match or to give its configurations); ``error``: the typed error
+    (an unexpected exception becomes kind ``internal`` with its type and text).
+    """
+
+    derivation: str
+    config: dict | None
+    error: SuperoptError
+
+    def describe(self) -> str:
+        """``d12 {config}: kind: message``."""
+        what = self.derivation if self.config is None else f"{self.derivation} {self.config}"
+        return f"{what}: {self.error.kind}: {self.error}"
+
+
 @dataclass
 class Plans:
     """What the planning stage found: every derivation, the lowerable ones matched, the
-    candidates chosen, and whether the enumerator stopped at a cap."""
+    candidates chosen, whether the enumerator stopped at a cap, and what failed on the way
+    (:class:`PlanFailure`; a plan that no family expresses is not a failure)."""
 
     derived: list[Derived]
     matched: list[tuple[Derived, PlanMatch]]
     candidates: list[PlannedCandidate]
     capped: str | None = None
+    failures: list[PlanFailure] = field(default_factory=list)
+
+    def notes(self, limit: int = 5) -> list[str]:
+        """The record's notes of this stage: the cap, then one line per distinct failure
+        (the first ``limit`` of them): how many plans or candidates, of which derivations."""
+        out = [self.capped] if self.capped else []
+        groups: dict[tuple, list[PlanFailure]] = {}
+        for f in self.failures:
+            groups.setdefault((f.config is None, f.error.kind, str(f.error)), []).append(f)
+        for (whole, kind, text), fs in list(groups.items())[:limit]:
+            ids = list(dict.fromkeys(f.derivation for f in fs))
+            shown = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
+            out.append(f"planning: {len(fs)} {'plan' if whole else 'candidate'}(s) of {shown} "
+                       f"left out: {kind}: {text}")
+        if len(groups) > limit:
+            out.append(f"planning: {len(groups) - limit} more distinct failure(s) not shown")
+        return out
+
+
+def _configs_best_first(m: PlanMatch, first: int):
+    """``m``'s flat configurations best first: the first ``first``, then more (doubling) for
+    as long as the caller takes them, so that a configuration that fails to lower leaves
+    its place in the plan's share to the next one."""
+    limit, given = max(1, first), 0
+    while True:
+        configs = config_space(m, limit=limit)
+        yield from configs[given:]
+        if len(configs) < limit:
+            return
+        given, limit = len(configs), 2 * limit
+
+
+def _check_stop() -> None:
+    """Raise :class:`~superopt.errors.Interrupted` if the run was stopped."""
+    if stopped():
+        raise Interrupted(stopped())
 
 
 def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
@@ -87,10 +144,18 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
                     max_plans: int = DEFAULT_MAX_PLANS) -> Plans:
     """Choose and lower up to ``budget`` candidates, best-first (see the module docstring).
 
+    A plan or candidate that fails with anything but "no family expresses this plan"
+    (a ``LoweringError`` from matching) — any :class:`~superopt.errors.SuperoptError`, or
+    an unexpected exception of a matcher, a configuration space or a family's source
+    writer — is recorded in :attr:`Plans.failures` and left out; the other candidates go on.
+
     Raises:
         CaseError: an unknown dtype.
+        Interrupted: the run was stopped (:func:`superopt.run.pool.stop`), noticed
+            between plans and between candidates.
     """
     dtype = _storage(dtype).name
+    _check_stop()
     capped = None
     if derived is None:
         e = enumerate_derivations(graph, max_depth, max_plans)
@@ -101,18 +166,29 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
         elif e.capped == "max_depth":
             capped = (f"the enumerator stopped at --max-depth {max_depth}: rules still applied "
                       "to plans at that depth, so deeper plans were not searched")
+    failures: list[PlanFailure] = []
     matched: list[tuple[Derived, PlanMatch]] = []
+    scored = []
     for d in derived:
+        _check_stop()
         try:
-            matched.append((d, match_plan(d.plan, dtype)))
+            m = match_plan(d.plan, dtype)
         except LoweringError:
+            continue  # no family expresses this plan: not lowerable, not a failure
+        except Exception as e:  # noqa: BLE001 - a matcher's failure is this plan's only
+            failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
-    scored = sorted(((estimate_us(m), i, d, m) for i, (d, m) in enumerate(matched)),
-                    key=lambda t: (t[0], t[1]))
+        try:
+            scored.append((estimate_us(m), len(matched), d, m, m.spec_key()))
+        except Exception as e:  # noqa: BLE001 - the estimate of this plan only
+            failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
+            continue
+        matched.append((d, m))
+    scored.sort(key=lambda t: (t[0], t[1]))
     unique, seen_specs = [], set()
-    for est, _, d, m in scored:  # plans whose kernels lower to the same specs: the first
-        if m.spec_key() not in seen_specs:
-            seen_specs.add(m.spec_key())
+    for est, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
+        if key not in seen_specs:
+            seen_specs.add(key)
             unique.append((est, d, m))
     out: list[PlannedCandidate] = []
     remaining = budget
@@ -120,22 +196,32 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     for i, (est, d, m) in enumerate(unique):
         if remaining <= 0:
             break
+        _check_stop()
         share = max(1, remaining // 2) if i + 1 < len(unique) else remaining
-        header = module_header(graph, d.derivation, dtype)
-        for cfg in config_space(m, limit=share):
-            try:
-                mod = lower_plan(m, cfg, header=header, directory=directory)
-            except LoweringError:
-                continue
-            if mod.source_hash in seen_src:
-                continue
-            seen_src.add(mod.source_hash)
-            out.append(PlannedCandidate(f"c{len(out)}", d, m, cfg, str(mod.path),
-                                        mod.source_hash, est))
-            remaining -= 1
-            if remaining <= 0:
-                break
-    return Plans(derived, matched, out, capped)
+        taken = 0  # configurations of this plan that lowered (a failed one takes no share)
+        try:
+            header = module_header(graph, d.derivation, dtype)
+            for cfg in _configs_best_first(m, share):
+                if taken >= share:
+                    break
+                _check_stop()
+                try:
+                    mod = lower_plan(m, cfg, header=header, directory=directory)
+                except Exception as e:  # noqa: BLE001 - this candidate's failure, recorded
+                    failures.append(PlanFailure(d.derivation.id, dict(cfg), from_exception(e)))
+                    continue
+                taken += 1
+                if mod.source_hash in seen_src:
+                    continue
+                seen_src.add(mod.source_hash)
+                out.append(PlannedCandidate(f"c{len(out)}", d, m, cfg, str(mod.path),
+                                            mod.source_hash, est))
+                remaining -= 1
+                if remaining <= 0:
+                    break
+        except Exception as e:  # noqa: BLE001 - this plan's configuration space, recorded
+            failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
+    return Plans(derived, matched, out, capped, failures)
 
 
 # -- the main job -----------------------------------------------------------------------------
@@ -168,8 +254,7 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
                     environment_record(None), len(plans.derived), len(plans.matched), recs,
                     search_cost={"plan_s": round(t_plan, 2),
                                  "lower_s": round(time.monotonic() - t0 - t_plan, 2)})
-    if plans.capped:
-        rec.notes.append(plans.capped)
+    rec.notes += plans.notes()
     return rec
 
 
@@ -229,8 +314,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     record = RunRecord(graph, dtype, "timed", _command(command), env, len(plans.derived),
                        len(plans.matched), recs, peer_results, comparison, ceilings,
                        search_cost(stats, t_plan), notes)
-    if plans.capped:
-        record.notes.append(plans.capped)
+    record.notes += plans.notes()
     top = record.top1
     if top is not None and top.result.done_s is not None:
         record.search_cost["time_to_top1_s"] = round(t_plan + top.result.done_s, 2)

@@ -4,6 +4,13 @@ session, within a budget of candidates and wall seconds; return them ranked.
 :func:`run_candidates` is the stage the search calls (a distributed engine gives the same
 function over many GPUs). Statuses and records: :mod:`superopt.run.records`.
 
+A stop request (:func:`superopt.run.pool.stop`, which the CLI's SIGINT/SIGTERM handler
+makes) ends it before the next candidate with :class:`~superopt.errors.Interrupted`; the
+progress display is then erased, so that the CLI's one line is all that is left. A
+candidate whose check raises what nobody foresaw (anything but the worker being unable to
+start at all) is recorded as ``launch_error`` with the error's type and text, and the next
+candidate runs.
+
 Owns: the order of the two phases, the budget and the progress display.
 """
 
@@ -13,7 +20,9 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .pool import compile_candidates, compile_worker_count
+from ..errors import Interrupted
+from .pool import compile_candidates, compile_worker_count, stopped
+from .process import WorkerStartError
 from .records import Candidate, CandidateResult, CompileOutcome, TimingConfig, rank_results
 from .session import Session, require_cuda
 
@@ -41,6 +50,8 @@ class _Progress:
 
     def __exit__(self, *exc: Any) -> None:
         if self.p is not None:
+            if isinstance(exc[1], KeyboardInterrupt):
+                self.p.live.transient = True  # erase the bars: the CLI says "interrupted"
             self.p.__exit__(*exc)
 
     def task(self, description: str, total: int) -> Any:
@@ -99,6 +110,8 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
     Raises:
         NoCudaError: ``device`` is CUDA but torch sees no GPU (raised before compiling).
         WorkerStartError: the GPU worker cannot be started at all.
+        Interrupted: the run was stopped (:func:`superopt.run.pool.stop`), noticed before
+            the check phase and before each candidate.
     """
     if session is None:
         require_cuda(device)
@@ -148,6 +161,8 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         best: float | None = None
         try:
             for i in active:
+                if stopped():
+                    raise Interrupted(stopped())
                 c = cands[i]
                 o = outcomes.get(i)
                 if o is not None and o.status != "ok":
@@ -158,7 +173,8 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                     results[i] = skipped(i, f"budget: {budget_s:g} s of wall time spent")
                     results[i].compile_s = o.compile_s if o else None
                 else:
-                    r = session.check(c, tolerance=tolerance, timeout_s=timeout_s, checks=checks)
+                    r = _check(session, c, tolerance=tolerance, timeout_s=timeout_s,
+                               checks=checks)
                     r.compile_s = o.compile_s if o else None
                     r.done_s = round(time.monotonic() - t_start, 3)
                     results[i] = r
@@ -173,3 +189,18 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
             if stats is not None:
                 stats["check_wall_s"] = round(time.monotonic() - t_compiled, 3)
     return rank_results([r for r in results if r is not None])
+
+
+def _check(session: Session, c: Candidate, **kwargs: Any) -> CandidateResult:
+    """``session.check(c)``; what it raises but a worker that cannot start becomes the
+    candidate's ``launch_error`` (its type and text), so the search goes on."""
+    try:
+        return session.check(c, **kwargs)
+    except WorkerStartError:
+        if stopped():  # it could not start because the run is being stopped
+            raise Interrupted(stopped()) from None
+        raise
+    except Exception as e:  # noqa: BLE001 - one candidate's failure, recorded
+        return CandidateResult(c.id, c.derivation_id, dict(c.config), "launch_error",
+                               error=f"the check raised {type(e).__name__}: {e}",
+                               source_hash=c.source_hash)

@@ -6,29 +6,62 @@ Each of ``workers`` threads owns one :class:`~superopt.run.process.WorkerProcess
 (started without a CUDA context) and hands it one job at a time with a time limit; a
 process that crashes or times out is killed (its whole process group) and replaced, and the
 job is recorded as ``crash`` / ``timeout``. A job not started before ``deadline`` is
-``skipped``. :func:`stop` (from a signal handler) makes every thread stop taking jobs.
+``skipped``. :func:`stop` (from a signal handler) makes every thread stop taking jobs and
+kills every worker; the planning and checking loops ask :func:`stopped` between candidates.
+A job whose worker fails in a way nobody foresaw (an ``OSError`` starting it, a protocol
+error) is recorded as ``compile_error`` with the error's text; it never ends the pool.
 
-Owns: parallel per-candidate work. Imports the protocol and process modules only.
+Owns: parallel per-candidate work and the stop request. Imports the protocol and process
+modules only.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
 import time
 from typing import Any, Callable, Sequence
 
-from .process import WorkerCrashed, WorkerProcess, WorkerStartError, WorkerTimeout
+from .process import (WorkerCrashed, WorkerProcess, WorkerStartError, WorkerTimeout,
+                      allow_workers, kill_all_workers)
 from .protocol import (Compile, Failed, LowerOutcome, LowerToCuda, module_name_for)
 from .records import Candidate, CompileOutcome
 
-_STOP = threading.Event()
+#: Longest single wait of the caller for the pool's threads (see :func:`run_jobs`).
+JOIN_S = 0.1
+
+#: The signal that stopped the run (``stop``), or 0 while it runs. A plain int, not a
+#: ``threading.Event``: :func:`stop` runs in signal handlers, where a lock could deadlock.
+_STOPPED = 0
 
 
-def stop() -> None:
-    """Make every running pool stop taking jobs (queued jobs become ``skipped``)."""
-    _STOP.set()
+def stop(signum: int = signal.SIGINT) -> None:
+    """Stop the run: every running pool stops taking jobs (queued jobs become ``skipped``,
+    ``interrupted``), every worker process group is killed and no new worker starts
+    (:func:`~superopt.run.process.kill_all_workers`). Safe in a signal handler (no lock,
+    no wait). ``signum`` is the reason :func:`stopped` reports."""
+    global _STOPPED
+    _STOPPED = int(signum) or signal.SIGINT
+    kill_all_workers()
+
+
+def stopped() -> int:
+    """The signal number :func:`stop` was given, or 0 while the run goes on."""
+    return _STOPPED
+
+
+def resume() -> None:
+    """Undo :func:`stop`: pools take jobs and workers start again (a long-lived process
+    after an interrupted run, and tests). The killed workers stay dead."""
+    global _STOPPED
+    _STOPPED = 0
+    allow_workers()
+
+
+def _text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".strip().rstrip(":")
 
 
 def compile_worker_count(workers: int | None, n_jobs: int) -> int:
@@ -82,7 +115,7 @@ def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "
                 except queue.Empty:
                     return
                 job = jobs[i]
-                if _STOP.is_set():
+                if _STOPPED:
                     record(i, _outcome_of(job, "skipped", "interrupted", None))
                     continue
                 if deadline is not None and time.monotonic() > deadline:
@@ -93,9 +126,11 @@ def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "
                                          startup_timeout_s=startup_timeout_s)
                     try:
                         proc.start()
-                    except WorkerStartError as e:
+                    except Exception as e:  # noqa: BLE001 - WorkerStartError, or OSError
+                        proc.kill()         # (no fork, no socket): recorded on the job
                         proc = None
-                        record(i, _outcome_of(job, "compile_error", str(e), None))
+                        why = str(e) if isinstance(e, WorkerStartError) else _text(e)
+                        record(i, _outcome_of(job, "compile_error", why, None))
                         continue
                 t0 = time.monotonic()
                 try:
@@ -112,6 +147,13 @@ def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "
                     proc.kill()
                     proc = None
                     value = _outcome_of(job, "crash", str(e), time.monotonic() - t0)
+                except Exception as e:  # noqa: BLE001 - a protocol or OS error: this job's
+                    proc.kill()         # failure, and a fresh worker for the next one
+                    proc = None
+                    value = _outcome_of(job, "compile_error", f"worker request failed: "
+                                        f"{_text(e)}", time.monotonic() - t0)
+                if _STOPPED and proc is None:  # killed by stop(), not by the candidate
+                    value = _outcome_of(job, "skipped", "interrupted", None)
                 record(i, value)
         finally:
             if proc is not None:
@@ -122,7 +164,8 @@ def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        while t.is_alive():  # in slices: a signal delivered to a pool thread interrupts no
+            t.join(JOIN_S)   # wait of the main thread, so its handler runs between slices
     return results
 
 

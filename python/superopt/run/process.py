@@ -6,8 +6,11 @@ Connection` (:mod:`superopt.run.protocol`). The worker's stdout and stderr go to
 (TileLang's source dumps and warnings land there, never on the terminal); a crash message
 quotes its tail. A request that outlives its limit raises :class:`WorkerTimeout`, after
 which :meth:`WorkerProcess.kill` ends the whole process group (nvcc included).
+:func:`kill_all_workers` (from a signal handler) ends every worker's group at once and
+refuses new ones; :func:`reap_workers` then waits for them, so none outlives the parent.
 
-Owns: process life cycle and the timeout. Imports the protocol only.
+Owns: process life cycle, the timeout and the registry of live workers. Imports the
+protocol only.
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Sequence
 
 from .protocol import Exit, Ready, Reply, receive, send
+
+#: Longest single wait for a worker's answer: a signal that the kernel delivers to another
+#: thread wakes no wait of the main thread, so its handler runs at the end of this slice.
+POLL_S = 0.2
 
 #: The directory that holds the ``superopt`` package (put on the workers' ``PYTHONPATH``).
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
@@ -58,12 +66,23 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-#: Every live worker's process group, so that a signal to the parent can end them all.
-_LIVE: set[int] = set()
+#: Every started worker not yet reaped: pid (= its process group id) → the worker, so that
+#: a signal to the parent can end them all.
+_LIVE: dict[int, "WorkerProcess"] = {}
+#: Set by :func:`kill_all_workers`: no worker starts until :func:`allow_workers`.
+_STOPPING = False
 
 
 def kill_all_workers() -> int:
-    """SIGKILL every live worker's process group (used on SIGINT/SIGTERM); returns how many."""
+    """SIGKILL every live worker's process group and refuse to start new workers until
+    :func:`allow_workers`; returns how many groups were signalled.
+
+    Safe in a signal handler: it takes no lock and waits for nothing (a worker being
+    started in another thread at that moment kills itself: :meth:`WorkerProcess.start`
+    checks the flag after registering). :func:`reap_workers` waits for them afterwards.
+    """
+    global _STOPPING
+    _STOPPING = True
     n = 0
     for pgid in list(_LIVE):
         try:
@@ -71,8 +90,41 @@ def kill_all_workers() -> int:
             n += 1
         except (ProcessLookupError, PermissionError):
             pass
-        _LIVE.discard(pgid)
     return n
+
+
+def reap_workers(timeout_s: float = 1.0) -> list[int]:
+    """Wait up to ``timeout_s`` seconds in all for the workers to exit (after
+    :func:`kill_all_workers`) and reap them, so that none is left behind as a zombie or an
+    orphan, and remove their logs; returns the pids still running at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    left = []
+    for pid, w in list(_LIVE.items()):
+        while w.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if w.proc.poll() is None:
+            left.append(pid)
+        else:
+            _LIVE.pop(pid, None)
+            w._remove_log()
+    return left
+
+
+def allow_workers() -> None:
+    """Let workers start again after :func:`kill_all_workers` (a long-lived process that
+    goes on after an interrupted run, and tests)."""
+    global _STOPPING
+    _STOPPING = False
+
+
+def workers_stopping() -> bool:
+    """True between :func:`kill_all_workers` and :func:`allow_workers`."""
+    return _STOPPING
+
+
+def live_worker_pids() -> list[int]:
+    """The pids of the workers started and not yet reaped."""
+    return list(_LIVE)
 
 
 class WorkerProcess:
@@ -104,8 +156,11 @@ class WorkerProcess:
         """Start the process and wait for its :class:`~superopt.run.protocol.Ready`.
 
         Raises:
-            WorkerStartError: it exited or did not become ready in time.
+            WorkerStartError: it exited or did not become ready in time, or workers are
+                being stopped (:func:`kill_all_workers`).
         """
+        if _STOPPING:
+            raise WorkerStartError("not started: the workers are being stopped (interrupted)")
         fd, self.log_path = tempfile.mkstemp(prefix="superopt-worker-", suffix=".log",
                                              dir=self.log_dir)
         env = dict(os.environ)
@@ -120,14 +175,14 @@ class WorkerProcess:
         if not self.cuda_init:
             cmd.append("--no-cuda-init")
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                                         env=env, start_new_session=True,
-                                         pass_fds=(child.fileno(),), close_fds=True)
-        finally:
-            os.close(fd)
-            child.close()
-        _LIVE.add(self.proc.pid)
+            self._spawn(cmd, env, fd, child)
+        except BaseException:
+            parent.close()
+            raise
         self.conn = Connection(parent.detach())
+        if _STOPPING:  # kill_all_workers ran between the check above and the registration
+            self.kill()
+            raise WorkerStartError("not started: the workers are being stopped (interrupted)")
         try:
             ready = self._receive(time.monotonic() + self.startup_timeout_s, 0)
         except WorkerTimeout:
@@ -142,6 +197,39 @@ class WorkerProcess:
             raise WorkerStartError(f"worker failed to start: {why}")
         self.ready = ready
         return ready
+
+    def _spawn(self, cmd: list[str], env: dict, log_fd: int, child: socket.socket) -> None:
+        """``Popen`` and the registration in :data:`_LIVE`, in a helper thread that the
+        caller waits for in slices: a signal handler that raises in the caller (the CLI's,
+        in the main thread) can then never fall between the fork and the registration, so
+        every started worker is one that :func:`kill_all_workers` kills (the helper kills
+        its own child if the stop came first)."""
+        box: dict[str, BaseException] = {}
+
+        def spawn() -> None:
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_fd,
+                                        stderr=log_fd, env=env, start_new_session=True,
+                                        pass_fds=(child.fileno(),), close_fds=True)
+                self.proc = proc
+                _LIVE[proc.pid] = self
+                if _STOPPING:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            finally:
+                os.close(log_fd)
+                child.close()
+
+        t = threading.Thread(target=spawn, name="superopt-spawn", daemon=True)
+        t.start()
+        while t.is_alive():
+            t.join(POLL_S)
+        if "error" in box:
+            raise box["error"]
 
     @property
     def alive(self) -> bool:
@@ -166,7 +254,8 @@ class WorkerProcess:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-            _LIVE.discard(self.proc.pid)
+            if self.proc.poll() is not None:
+                _LIVE.pop(self.proc.pid, None)
         self._close_conn()
         self._remove_log()
 
@@ -262,7 +351,7 @@ class WorkerProcess:
             if remaining <= 0:
                 raise WorkerTimeout("no answer in time")
             try:
-                if self.conn.poll(min(remaining, 1.0)):
+                if self.conn.poll(min(remaining, POLL_S)):
                     return receive(self.conn)
             except (EOFError, OSError):
                 self._died(since)
