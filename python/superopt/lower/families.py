@@ -6,12 +6,14 @@ family          source writer                   configuration space (best first)
 ==============  ==============================  ==========================================
 attention       :func:`attention_source`        :func:`attention_config_space`
 gemm            :func:`gemm_source`             :func:`gemm_config_space`
+rowfused        :func:`rowfused_source`         :func:`rowfused_config_space`
 rowreduce       :func:`rowreduce_source`        :func:`row_config_space` (``"reduce"``)
 elementwise     :func:`elementwise_source`      :func:`row_config_space` (``"elementwise"``)
 ==============  ==============================  ==========================================
 
 A kernel of a completed plan goes to the first family whose ``claims`` predicate holds
-(online state → attention; a matmul → gemm; a reduction → rowreduce; else elementwise);
+(online state → attention; a matmul → gemm; a streamed axis of the kernel's own domain →
+rowfused; a reduction → rowreduce; else elementwise);
 that family's matcher then either expresses it or says why not. Adding a family is one
 :class:`Family` entry (and its kernel module under :mod:`superopt.lower.kernels`).
 
@@ -31,12 +33,14 @@ from .kernels.attention_spec import AttentionConfig
 from .kernels.gemm import gemm_source
 from .kernels.gemm_space import gemm_config_space, gemm_cost_clk
 from .kernels.gemm_spec import GemmConfig
+from .kernels.rowfused import rowfused_source
+from .kernels.rowfused_spec import RowFusedConfig, rowfused_config_space, rowfused_cost
 from .kernels.rowwise import (RowConfig, elementwise_source, row_config_space, row_cost,
                               rowreduce_source)
 from .lowering import KernelLowering
 from .matchers.attention import match_attention
 from .matchers.gemm import match_gemm
-from .matchers.rows import match_elementwise, match_rowreduce
+from .matchers.rows import match_elementwise, match_rowfused, match_rowreduce
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,19 @@ def _ops(plan: Plan, k: int) -> set[str]:
     return {plan.graph.nodes[n].op for n in plan.kernels[k].nodes}
 
 
+def _streams_own_axis(plan: Plan, k: int) -> bool:
+    """A row-fused kernel: it streams an axis of its own domain."""
+    stream = plan.kernels[k].stream
+    return stream is not None and stream in plan.domain(k)
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("attention", lambda p, k: p.kernels[k].online, match_attention, AttentionConfig,
            attention_config_space, attention_source, attention_cost),
     Family("gemm", lambda p, k: "matmul" in _ops(p, k), match_gemm, GemmConfig,
            gemm_config_space, gemm_source, gemm_cost_clk),
+    Family("rowfused", lambda p, k: _streams_own_axis(p, k), match_rowfused, RowFusedConfig,
+           rowfused_config_space, rowfused_source, rowfused_cost),
     Family("rowreduce", lambda p, k: "reduce" in _ops(p, k), match_rowreduce, RowConfig,
            lambda s: row_config_space(s.rows, s.cols, "reduce"), rowreduce_source,
            lambda s, c: row_cost(s.rows, s.cols, "reduce", c)),

@@ -30,6 +30,9 @@ class KernelLowering:
             tensor the kernel reads; the launcher passes ``tensor.view(shape)``.
         output: the graph node the kernel writes; ``output_view`` the shape it is viewed as.
         flops: tensor-core FLOPs of one launch (0 for memory-bound families).
+        more_outputs: ``(graph node, view shape)`` of each further node the kernel writes,
+            after ``output`` in the prim_func's parameter order (a kernel that materialises
+            several nodes, e.g. a residual stream and its normalised value).
     """
 
     index: int
@@ -39,6 +42,13 @@ class KernelLowering:
     output: NodeId
     output_view: tuple[int, ...]
     flops: int = 0
+    more_outputs: tuple[tuple[NodeId, tuple[int, ...]], ...] = ()
+
+    @property
+    def outputs(self) -> tuple[tuple[NodeId, tuple[int, ...]], ...]:
+        """``(graph node, view shape)`` of every node the kernel writes, in parameter order
+        (after :attr:`params`)."""
+        return ((self.output, self.output_view), *self.more_outputs)
 
 
 @dataclass(frozen=True)
@@ -84,17 +94,27 @@ def storage_dtype(plan: Plan, node: NodeId, dtype: str) -> str:
     return "float32"
 
 
-def single_output(plan: Plan, k: int) -> NodeId:
-    """The one node kernel ``k`` materialises.
+def single_output(plan: Plan, k: int, family: str = "") -> NodeId:
+    """The one node kernel ``k`` materialises, for a family that writes one output.
 
     Raises:
-        LoweringError: it materialises several (no family writes two outputs yet).
+        LoweringError: it materialises several (the message names ``family``).
     """
     outs = plan.outputs(k)
     if len(outs) != 1:
-        raise LoweringError(f"kernel {k} materialises {list(outs)}; templates write one output",
+        what = f"the {family} family writes" if family else "this family writes"
+        raise LoweringError(f"kernel {k} materialises {list(outs)}; {what} one output",
                             path=f"kernels[{k}]")
     return outs[0]
+
+
+def kernel_outputs(plan: Plan, k: int) -> tuple[NodeId, ...]:
+    """Every node kernel ``k`` materialises, in node order (at least one): what a family that
+    writes several outputs binds after its inputs (:attr:`KernelLowering.outputs`)."""
+    outs = plan.outputs(k)
+    if not outs:  # a plan whose kernel feeds nothing: not a completed plan
+        raise LoweringError(f"kernel {k} materialises nothing", path=f"kernels[{k}]")
+    return tuple(sorted(outs))
 
 
 def tensor_name(node: NodeId) -> str:

@@ -84,7 +84,7 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     plan, dtype = match.plan, match.dtype
     g = plan.graph
     kls = list(match.kernels)
-    written = {kl.output for kl in kls}
+    written = {nid for kl in kls for nid, _ in kl.outputs}
     for i, o in enumerate(g.outputs):
         if o not in written and math.prod(g.shape(o)):
             raise LoweringError(f"output {i} (node {o}, {g.nodes[o].describe()}) is computed by "
@@ -113,7 +113,7 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         lines += [f"# the outputs {list(g.output_shapes)!r} are empty: no kernel to compile or "
                   "launch", ""]
     # intermediates: every kernel output that is not a graph output
-    inter = [(kl.output, kl.output_view) for kl in kls_run if kl.output not in g.outputs]
+    inter = [(nid, view) for kl in kls_run for nid, view in kl.outputs if nid not in g.outputs]
     # launcher variables: graph inputs in0, in1, ... (their names may be any string), the
     # intermediates t<id>, the outputs out (one) or out0, out1, ...
     outs = {o: "out" if len(g.outputs) == 1 else f"out{i}" for i, o in enumerate(g.outputs)}
@@ -179,7 +179,8 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         for nid, view in kl.params:
             ref = names.get(nid, f"t{nid}")
             args.append(f"{ref}.view({view!r})")
-        args.append(f"{names.get(kl.output, f't{kl.output}')}.view({kl.output_view!r})")
+        for nid, view in kl.outputs:
+            args.append(f"{names.get(nid, f't{nid}')}.view({view!r})")
         lines.append(f"        {kl.spec.name}({', '.join(args)})")
     lines += ["", "    return launch", ""]
     return "\n".join(lines)

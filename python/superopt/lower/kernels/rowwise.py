@@ -4,39 +4,53 @@ Two memory-bound kernel shapes that surround the GEMMs in a lowered plan:
 
 * **row reduction** (:class:`RowReduceSpec`): ``Out[r] = post(reduce_c pre(X[r, c]))`` over
   ``X [rows, cols]`` (fp16, bf16 or fp32), ``reduce`` one of sum / max, fp32 accumulation,
-  ``Out [rows]`` fp32. Examples: RMSNorm's ``sum_d x^2``; softmax's row max and
-  ``sum exp(x - max)``.
+  ``Out [rows]`` in ``out_dtype`` (the graph's dtype when it is a graph output; float32 for
+  an intermediate), and optionally further per-row outputs ``Out1, Out2, ...`` of the same
+  reduced value. Examples: RMSNorm's ``sum_d x^2``; softmax's row max and
+  ``sum exp(x - max)``; a graph that ends in ``sum_d X``.
 * **elementwise** (:class:`ElementwiseSpec`): ``Out[r, c] = expr(...)`` over a ``[rows,
   cols]`` output, reading full ``[rows, cols]`` tensors, per-row ``[rows]`` vectors and
-  per-column ``[cols]`` vectors. Example: ``Y = X * rsqrt(ss / d + eps)``.
+  per-column ``[cols]`` vectors, and optionally further outputs ``Out1, ...`` of the same
+  shape (e.g. a residual stream and a value computed from it). Example:
+  ``Y = X * rsqrt(ss / d + eps)``.
 
 Callers flatten batch axes into ``rows``. Every size works, including ones that are not a
 multiple of the block: padded columns contribute the reduction's identity (0 for sum,
 ``-inf`` for max), never ``pre(0)``, and padded rows and columns are never stored.
+Expressions may name the current position with the fields ``{_row}`` and ``{_col}``
+(:mod:`.row_launch`), which ``band`` masks render to.
 
-A reduction block owns ``block_rows`` rows and walks the columns in ``block_cols`` chunks;
-each thread keeps fp32 partials in registers, and one cross-thread reduction
-(``T.reduce_sum`` / ``T.reduce_max``, warp shuffles) per row ends the kernel.
+Grid: a reduction block owns ``block_rows`` rows (grid x, up to 2^31 - 1 blocks) and walks
+the columns in ``block_cols`` chunks; each thread keeps fp32 partials in registers, and one
+cross-thread reduction (``T.reduce_sum`` / ``T.reduce_max``, warp shuffles) per row ends the
+kernel. An elementwise block owns a ``block_rows x block_cols`` tile on grid ``(column
+blocks, row blocks)``; when the row blocks exceed grid y's 65535 the grid is folded into x
+(block ``b`` is column block ``b % n`` of row block ``b // n``). Views of more than
+``2^31 - 1`` elements are refused (int32 indexes).
 
 Public API: :class:`RowReduceSpec`, :class:`ElementwiseSpec`, :class:`RowConfig`,
 :func:`rowreduce_source`, :func:`elementwise_source`, :func:`row_config_space`,
-:func:`row_cost`.
+:func:`row_cost`, :func:`rowreduce_grid`, :func:`elementwise_grid`.
 
 Owns: both row-wise families (spec, config space, cost, source). Imports
-:mod:`superopt.errors`, the target, the shared checks and the emitter; no other family.
+:mod:`superopt.errors`, the target, the shared checks, :mod:`.row_launch` and the emitter; no
+other family.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ...errors import LoweringError
 from ..emit import Lines
 from ..target import HOPPER
+from .row_launch import (COL_FIELD, ROW_FIELD, check_elements, check_grid, fold_grid)
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div
 
-_RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "i", "j", "ko"}
+_RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "b", "i", "j", "ko"}
+_OUT_N = re.compile(r"Out\d+$")
 
 
 @dataclass(frozen=True)
@@ -48,11 +62,15 @@ class RowReduceSpec:
         cols: reduced extent (>= 0; 0 gives ``post`` of 0 for sum, of ``-inf`` for max).
         reduce: ``"sum"`` or ``"max"``.
         pre: fp32 expression of the element ``{x}`` (already cast to fp32); may use the
-            row inputs ``{<name>}``.
-        post: fp32 expression of the reduced value ``{r}``; may use the row inputs.
-        row_inputs: names of extra fp32 inputs, each ``[rows]``.
+            row inputs ``{<name>}`` and the positions ``{_row}``, ``{_col}``.
+        post: fp32 expression of the reduced value ``{r}``; may use the row inputs and
+            ``{_row}``.
+        row_inputs: names of extra inputs, each ``[rows]``.
         dtype: X element type, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
         name: Python identifier; the builder is ``build_<name>``.
+        out_dtype: element type of ``Out`` (a storage dtype or float32).
+        row_dtypes: element type of each row input, in order (empty: all float32).
+        more_outputs: ``(post, dtype)`` of each further per-row output ``Out1, Out2, ...``.
     """
 
     rows: int
@@ -63,6 +81,13 @@ class RowReduceSpec:
     row_inputs: tuple[str, ...] = ()
     dtype: str = "float16"
     name: str = "rowreduce"
+    out_dtype: str = "float32"
+    row_dtypes: tuple[str, ...] = ()
+    more_outputs: tuple[tuple[str, str], ...] = ()
+
+    def row_input_dtypes(self) -> tuple[str, ...]:
+        """The element type of each row input (float32 where ``row_dtypes`` is empty)."""
+        return self.row_dtypes or ("float32",) * len(self.row_inputs)
 
 
 @dataclass(frozen=True)
@@ -74,9 +99,10 @@ class ElementwiseSpec:
         inputs: ``(name, kind, dtype)`` triples; kind ``"full"`` is ``[rows, cols]``,
             ``"row"`` is ``[rows]``, ``"col"`` is ``[cols]``; dtype float16 / bfloat16 /
             float32. Each is read as fp32 in ``expr`` through the field ``{name}``.
-        expr: fp32 TileLang expression with ``{name}`` fields.
+        expr: fp32 TileLang expression with ``{name}`` fields (and ``{_row}``, ``{_col}``).
         out_dtype: Out element type.
         name: Python identifier; the builder is ``build_<name>``.
+        more_outputs: ``(expr, dtype)`` of each further ``[rows, cols]`` output ``Out1, ...``.
     """
 
     rows: int
@@ -85,6 +111,7 @@ class ElementwiseSpec:
     expr: str
     out_dtype: str = "float16"
     name: str = "elementwise"
+    more_outputs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,13 +129,27 @@ class RowConfig:
     threads: int
 
 
-def _check_name(name: str, what: str) -> None:
+def check_name(name: str, what: str) -> None:
+    """Check a kernel or tensor name: an identifier, and (for tensors) none of the kernel's
+    own names (``X``, ``Out``, ``Out<k>``, ``acc``, ...), nothing starting with ``_`` or
+    ``build_``.
+
+    Raises:
+        LoweringError: the name is not an identifier or is reserved.
+    """
     check_identifier(name, what)
-    if what != "kernel name" and (name in _RESERVED or name.startswith(("build_", "_"))):
+    if what != "kernel name" and (name in _RESERVED or _OUT_N.match(name)
+                                  or name.startswith(("build_", "_"))):
         raise LoweringError(f"{what} {name!r} is reserved")
 
 
-def _check_config(cfg: RowConfig) -> None:
+def check_row_config(cfg: RowConfig) -> None:
+    """Check a block shape: threads a multiple of 32 in [32, 1024], blocks >= 1 that spread
+    evenly over the threads.
+
+    Raises:
+        LoweringError: naming the field.
+    """
     if cfg.threads % 32 or not 32 <= cfg.threads <= 1024:
         raise LoweringError(f"threads must be a multiple of 32 in [32, 1024], got {cfg.threads}")
     if cfg.block_rows < 1 or cfg.block_cols < 1:
@@ -118,78 +159,114 @@ def _check_config(cfg: RowConfig) -> None:
             f"block {cfg.block_rows}x{cfg.block_cols} is not a multiple of {cfg.threads} threads")
 
 
+def check_fields(expr: str, what: str, allowed: set[str] | list[str] | tuple[str, ...]) -> None:
+    """Check that every ``{field}`` of ``expr`` is in ``allowed``.
+
+    Raises:
+        LoweringError: ``expr`` uses another field, or is a malformed format string.
+    """
+    for f in format_fields(expr, what):
+        if f not in allowed:
+            raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is none of "
+                                f"{sorted(allowed)}")
+
+
 def _check_rowreduce(spec: RowReduceSpec) -> None:
     if spec.rows < 1 or spec.cols < 0:
         raise LoweringError(
             f"row reduction needs rows >= 1, cols >= 0; got {spec.rows}x{spec.cols}")
+    check_elements(spec.rows, spec.cols, "row reduction X")
     if spec.reduce not in ("sum", "max"):
         raise LoweringError(f"reduce must be 'sum' or 'max', got {spec.reduce!r}")
     check_dtype(spec.dtype, "X dtype", float32=True)
-    _check_name(spec.name, "kernel name")
+    check_dtype(spec.out_dtype, "out_dtype", float32=True)
+    check_name(spec.name, "kernel name")
     for r in spec.row_inputs:
-        _check_name(r, "row input")
+        check_name(r, "row input")
     if len(set(spec.row_inputs)) != len(spec.row_inputs) or {"x", "r"} & set(spec.row_inputs):
         raise LoweringError(f"row input names must be distinct and not x or r: {spec.row_inputs}")
-    for what, expr, own in (("pre", spec.pre, "x"), ("post", spec.post, "r")):
+    if spec.row_dtypes and len(spec.row_dtypes) != len(spec.row_inputs):
+        raise LoweringError(f"{len(spec.row_dtypes)} row dtypes for {len(spec.row_inputs)} "
+                            "row inputs")
+    for r, dt in zip(spec.row_inputs, spec.row_input_dtypes()):
+        check_dtype(dt, f"row input {r!r} dtype", float32=True)
+    posts = [("post" if k == 0 else f"post of Out{k}", post, "r", (ROW_FIELD,))
+             for k, (post, _) in enumerate(((spec.post, spec.out_dtype), *spec.more_outputs))]
+    for what, expr, own, pos in [("pre", spec.pre, "x", (ROW_FIELD, COL_FIELD)), *posts]:
         for f in format_fields(expr, what):
-            if f != own and f not in spec.row_inputs:
-                raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is neither {{{own}}} "
-                                    f"nor a row input {spec.row_inputs}")
+            if f != own and f not in pos and f not in spec.row_inputs:
+                raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is neither {{{own}}}, "
+                                    f"a position {pos} nor a row input {spec.row_inputs}")
+    for k, (_, dt) in enumerate(spec.more_outputs, 1):
+        check_dtype(dt, f"dtype of output {k}", float32=True)
+
+
+def rowreduce_grid(spec: RowReduceSpec, cfg: RowConfig) -> tuple[int, int, int]:
+    """The launch grid of :func:`rowreduce_source`: ``(ceil(rows / block_rows), 1, 1)``."""
+    return (ceil_div(spec.rows, cfg.block_rows), 1, 1)
 
 
 def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
     """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
-    prim_func parameters: ``X [rows, cols]`` (spec.dtype), one ``[rows]`` float32 per
-    row input (in order), ``Out [rows]`` float32. Grid: ``ceil(rows / block_rows)``.
+    prim_func parameters: ``X [rows, cols]`` (spec.dtype), one ``[rows]`` per row input (in
+    order, each in its dtype), ``Out [rows]`` (spec.out_dtype), then ``Out1, ...`` of
+    ``more_outputs``. Grid: :func:`rowreduce_grid`.
 
     Raises:
-        LoweringError: an invalid spec or config.
+        LoweringError: an invalid spec or config, or a grid beyond the target's limits.
     """
     _check_rowreduce(spec)
-    _check_config(cfg)
+    check_row_config(cfg)
     s, c = spec, cfg
+    check_grid(rowreduce_grid(s, c), f"row reduction {s.name}")
     br, bc = c.block_rows, c.block_cols
     # Narrow rows: halve the column step while it still covers them and still spreads
     # evenly over the threads (fewer idle lanes, no layout TileLang cannot infer).
     while bc % 2 == 0 and bc // 2 >= max(s.cols, 1) and (br * (bc // 2)) % c.threads == 0:
         bc //= 2
-    rin = {r: f"{r}_s[i]" for r in s.row_inputs}
+    row = f"bx * {br} + i"
+    rin = {r: f"T.Cast(\"float32\", {r}_s[i])" for r in s.row_inputs}
+    pos = {ROW_FIELD: f"({row})", COL_FIELD: f"(ko * {bc} + j)"}
     identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
-    x_at = f"T.Cast(\"float32\", X[bx * {br} + i, ko * {bc} + j])"
-    pre = s.pre.format(x=f"({x_at})", **rin)
+    x_at = f"T.Cast(\"float32\", X[{row}, ko * {bc} + j])"
+    pre = s.pre.format(x=f"({x_at})", **rin, **pos)
     guards = []
     if s.cols % bc:
         guards.append(f"ko * {bc} + j < {s.cols}")
     if s.rows % br:
-        guards.append(f"bx * {br} + i < {s.rows}")
+        guards.append(f"{row} < {s.rows}")
     term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
     combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
-    post = s.post.format(r="red[i]", **rin)
+    outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", p, dt)
+                                              for k, (p, dt) in enumerate(s.more_outputs, 1)]
+    row_pos = {ROW_FIELD: f"({row})"}
 
     e = Lines()
     e(f"def build_{s.name}():")
     with e.indent():
-        e(f'"""{s.name}: row {s.reduce} over X [{s.rows}, {s.cols}] {s.dtype} -> Out '
-          f'[{s.rows}] float32; block {br}x{bc}, {c.threads} threads."""')
+        e(f'"""{s.name}: row {s.reduce} over X [{s.rows}, {s.cols}] {s.dtype} -> '
+          f'{len(outs)} x [{s.rows}] {"/".join(dt for _, _, dt in outs)}; block {br}x{bc}, '
+          f'{c.threads} threads."""')
         e()
         e("@T.prim_func")
         e(f"def {s.name}(")
         with e.indent():
             e(f'X: T.Tensor(({s.rows}, {s.cols}), "{s.dtype}"),')
-            for r in s.row_inputs:
-                e(f'{r}: T.Tensor(({s.rows},), "float32"),')
-            e(f'Out: T.Tensor(({s.rows},), "float32"),')
+            for r, dt in zip(s.row_inputs, s.row_input_dtypes()):
+                e(f'{r}: T.Tensor(({s.rows},), "{dt}"),')
+            for name, _, dt in outs:
+                e(f'{name}: T.Tensor(({s.rows},), "{dt}"),')
         e("):")
         with e.indent():
-            e(f"with T.Kernel({ceil_div(s.rows, br)}, threads={c.threads}) as bx:")
+            e(f"with T.Kernel({rowreduce_grid(s, c)[0]}, threads={c.threads}) as bx:")
             with e.indent():
                 if s.cols > 0:
                     e(f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
                 e(f'red = T.alloc_fragment(({br},), "float32")')
-                for r in s.row_inputs:
-                    e(f'{r}_s = T.alloc_shared(({br},), "float32")')
+                for r, dt in zip(s.row_inputs, s.row_input_dtypes()):
+                    e(f'{r}_s = T.alloc_shared(({br},), "{dt}")')
                 for r in s.row_inputs:
                     e(f"T.copy({r}[bx * {br}], {r}_s)")
                 if s.cols > 0:
@@ -202,11 +279,18 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
                     e(f"T.reduce_{s.reduce}(acc, red, dim=1)")
                 else:
                     e(f"T.fill(red, {identity})")
-                if post.strip() != "red[i]":
-                    e(f"for i in T.Parallel({br}):")
-                    with e.indent():
-                        e(f"red[i] = {post}")
-                e(f"T.copy(red, Out[bx * {br}])")
+                e(f"for i in T.Parallel({br}):")
+                with e.indent():
+                    stores = [f"{name}[{row}] = T.Cast(\"{dt}\", "
+                              f"{post.format(r='red[i]', **rin, **row_pos)})"
+                              for name, post, dt in outs]
+                    if s.rows % br:
+                        e(f"if {row} < {s.rows}:")
+                        e.indent()
+                    for line in stores:
+                        e(line)
+                    if s.rows % br:
+                        e.dedent()
         e()
         e(f"return {s.name}")
     return e.text()
@@ -215,19 +299,30 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
 def _check_elementwise(spec: ElementwiseSpec) -> None:
     if spec.rows < 1 or spec.cols < 1:
         raise LoweringError(f"elementwise needs rows, cols >= 1; got {spec.rows}x{spec.cols}")
+    check_elements(spec.rows, spec.cols, "elementwise output")
     check_dtype(spec.out_dtype, "out_dtype", float32=True)
-    _check_name(spec.name, "kernel name")
+    check_name(spec.name, "kernel name")
     names = [n for n, _, _ in spec.inputs]
     if len(set(names)) != len(names):
         raise LoweringError(f"duplicate input names {names}")
     for n, kind, dt in spec.inputs:
-        _check_name(n, "input")
+        check_name(n, "input")
         if kind not in ("full", "row", "col"):
             raise LoweringError(f"input {n!r} kind must be full, row or col, got {kind!r}")
         check_dtype(dt, f"input {n!r} dtype", float32=True)
-    for f in format_fields(spec.expr, "expr"):
-        if f not in names:
-            raise LoweringError(f"expr {spec.expr!r} uses {{{f}}}, not an input {names}")
+    allowed = {*names, ROW_FIELD, COL_FIELD}
+    for k, (expr, dt) in enumerate(((spec.expr, spec.out_dtype), *spec.more_outputs)):
+        for f in format_fields(expr, "expr"):
+            if f not in allowed:
+                raise LoweringError(f"expr {expr!r} uses {{{f}}}, not an input {names}")
+        check_dtype(dt, f"dtype of output {k}", float32=True)
+
+
+def elementwise_grid(spec: ElementwiseSpec, cfg: RowConfig) -> tuple[int, int, int]:
+    """The launch grid of :func:`elementwise_source`: ``(column blocks, row blocks, 1)``, or
+    ``(column blocks * row blocks, 1, 1)`` when the row blocks exceed grid y's limit."""
+    ncb, nrb = ceil_div(spec.cols, cfg.block_cols), ceil_div(spec.rows, cfg.block_rows)
+    return (ncb * nrb, 1, 1) if fold_grid(ncb, nrb) else (ncb, nrb, 1)
 
 
 def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
@@ -235,20 +330,30 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: the inputs in order (``[rows, cols]``, ``[rows]`` or ``[cols]``
-    by kind, each in its dtype), then ``Out [rows, cols]`` (spec.out_dtype). Grid:
-    ``(ceil(cols / block_cols), ceil(rows / block_rows))``.
+    by kind, each in its dtype), then ``Out [rows, cols]`` (spec.out_dtype) and ``Out1, ...``
+    of ``more_outputs``. Grid: :func:`elementwise_grid`.
 
     Raises:
-        LoweringError: an invalid spec or config.
+        LoweringError: an invalid spec or config, or a grid beyond the target's limits.
     """
     _check_elementwise(spec)
-    _check_config(cfg)
+    check_row_config(cfg)
     s, c = spec, cfg
     br, bc = c.block_rows, c.block_cols
-    row, col = f"by * {br} + i", f"bx * {bc} + j"
+    grid = elementwise_grid(s, c)
+    check_grid(grid, f"elementwise {s.name}")
+    ncb, nrb = ceil_div(s.cols, bc), ceil_div(s.rows, br)
+    folded = fold_grid(ncb, nrb)
+    if folded:  # block b: column block b % ncb of row block b // ncb
+        rb, cb = (f"(b // {ncb})", f"(b % {ncb})") if ncb > 1 else ("b", "0")
+    else:
+        rb, cb = "by", "bx"
+    row, col = f"{rb} * {br} + i", f"{cb} * {bc} + j"
     at = {"full": f"[{row}, {col}]", "row": f"[{row}]", "col": f"[{col}]"}
     fields = {n: f"T.Cast(\"float32\", {n}{at[kind]})" for n, kind, _ in s.inputs}
-    value = f"T.Cast(\"{s.out_dtype}\", {s.expr.format(**fields)})"
+    fields.update({ROW_FIELD: f"({row})", COL_FIELD: f"({col})"})
+    outs = [("Out", s.expr, s.out_dtype)] + [(f"Out{k}", x, dt)
+                                              for k, (x, dt) in enumerate(s.more_outputs, 1)]
     shape = {"full": (s.rows, s.cols), "row": (s.rows,), "col": (s.cols,)}
     guards = []
     if s.rows % br:
@@ -259,28 +364,33 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
     e = Lines()
     e(f"def build_{s.name}():")
     with e.indent():
-        e(f'"""{s.name}: elementwise [{s.rows}, {s.cols}] -> {s.out_dtype}; block '
-          f'{br}x{bc}, {c.threads} threads."""')
+        e(f'"""{s.name}: elementwise [{s.rows}, {s.cols}] -> '
+          f'{"/".join(dt for _, _, dt in outs)}; block {br}x{bc}, {c.threads} threads'
+          f'{", grid folded into x" if folded else ""}."""')
         e()
         e("@T.prim_func")
         e(f"def {s.name}(")
         with e.indent():
             for n, kind, dt in s.inputs:
                 e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
-            e(f'Out: T.Tensor(({s.rows}, {s.cols}), "{s.out_dtype}"),')
+            for name, _, dt in outs:
+                e(f'{name}: T.Tensor(({s.rows}, {s.cols}), "{dt}"),')
         e("):")
         with e.indent():
-            e(f"with T.Kernel({ceil_div(s.cols, bc)}, {ceil_div(s.rows, br)}, "
-              f"threads={c.threads}) as (bx, by):")
+            if folded:
+                e(f"with T.Kernel({grid[0]}, threads={c.threads}) as b:")
+            else:
+                e(f"with T.Kernel({grid[0]}, {grid[1]}, threads={c.threads}) as (bx, by):")
             with e.indent():
                 e(f"for i, j in T.Parallel({br}, {bc}):")
                 with e.indent():
                     if guards:
                         e(f"if {' and '.join(guards)}:")
-                        with e.indent():
-                            e(f"Out[{row}, {col}] = {value}")
-                    else:
-                        e(f"Out[{row}, {col}] = {value}")
+                        e.indent()
+                    for name, expr, dt in outs:
+                        e(f"{name}[{row}, {col}] = T.Cast(\"{dt}\", {expr.format(**fields)})")
+                    if guards:
+                        e.dedent()
         e()
         e(f"return {s.name}")
     return e.text()
@@ -290,14 +400,14 @@ def row_cost(rows: int, cols: int, kind: str, c: RowConfig) -> tuple:
     """The sort key of :func:`row_config_space` (lower is better): first enough blocks to
     fill the target's SMs (``HOPPER.num_sms``) twice, then little padding, then 8 elements
     per thread per row step, then 256 threads, then smaller blocks."""
-    cols_eff = max(cols, 1)
-    blocks = ceil_div(rows, c.block_rows)
+    rows_eff, cols_eff = max(rows, 1), max(cols, 1)
+    blocks = ceil_div(rows_eff, c.block_rows)
     if kind == "elementwise":
         blocks *= ceil_div(cols_eff, c.block_cols)
     fill = round(min(blocks / (2 * HOPPER.num_sms), 1.0), 1)
-    padded = (ceil_div(rows, c.block_rows) * c.block_rows
+    padded = (ceil_div(rows_eff, c.block_rows) * c.block_rows
               * ceil_div(cols_eff, c.block_cols) * c.block_cols)
-    waste = round(padded / (rows * cols_eff), 1)
+    waste = round(padded / (rows_eff * cols_eff), 1)
     per_row = max(c.block_cols * c.block_rows // c.threads // c.block_rows, 1)
     return (-fill, waste, abs(per_row - 8), c.threads != 256, c.block_rows, c.block_cols)
 
@@ -312,19 +422,23 @@ def row_config_space(rows: int, cols: int, kind: str = "reduce",
     little padding, then 8 elements per thread per row step (one 16-byte access in fp16),
     then 256 threads. Deterministic.
 
+    An empty extent (0 rows; 0 columns of an elementwise kernel) is a kernel of an empty
+    output, which the module never launches (``docs/errors.md``, empty axes); its space is
+    that of one row or column, so that the plan still has a configuration.
+
     Args:
-        rows, cols: the kernel's extents (cols may be 0 for a reduction).
+        rows, cols: the kernel's extents (>= 0).
         kind: ``"reduce"`` (:func:`rowreduce_source`) or ``"elementwise"``.
         limit: keep the best ``limit`` configs (``None``: all).
 
     Raises:
-        LoweringError: rows < 1, cols < 0 or an unknown kind.
+        LoweringError: a negative extent or an unknown kind.
     """
-    if rows < 1 or cols < 0:
-        raise LoweringError(f"row-wise kernels need rows >= 1, cols >= 0; got {rows}x{cols}")
+    if rows < 0 or cols < 0:
+        raise LoweringError(f"row-wise kernels need rows, cols >= 0; got {rows}x{cols}")
     if kind not in ("reduce", "elementwise"):
         raise LoweringError(f"kind must be 'reduce' or 'elementwise', got {kind!r}")
-    cols_eff = max(cols, 1)
+    rows, cols_eff = max(rows, 1), max(cols, 1)
     cands = []
     for threads in (128, 256, 512):
         for br in (1, 2, 4, 8, 16, 32):

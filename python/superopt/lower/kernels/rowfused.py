@@ -1,0 +1,246 @@
+"""TileLang source of the row-fused family: per row block, the row's reductions in order,
+then its outputs (:mod:`.rowfused_spec` says what and how; this module writes the text).
+
+Resident (``block_cols >= cols``)::
+
+    with T.Kernel(ceil(rows / block_rows), threads=...) as bx:
+        X_f = T.alloc_fragment((block_rows, block_cols), X.dtype)      # each full input
+        for i, j in T.Parallel(...): X_f[i, j] = X[row, j]             # one global read
+        for each step: acc[i, j] = term (identity where j >= cols); T.reduce_<op>(acc, s)
+                       or s[i] = expr (per row)
+        for i, j in T.Parallel(...): Out[row, j] = expr                # one global write
+
+Streamed: the same steps, each reduction a ``T.serial`` loop over ``block_cols`` chunks
+reading global memory (an online pair in one loop), then one loop that writes the outputs.
+
+Owns: the text. Imports the spec module, the emitter and :mod:`.row_launch`'s field names.
+"""
+
+from __future__ import annotations
+
+from ..emit import Lines
+from .row_launch import COL_FIELD, ROW_FIELD
+from .rowfused_spec import (OnlinePair, RowFusedConfig, RowFusedSpec, check_rowfused,
+                            check_rowfused_config, is_resident, rowfused_bytes,
+                            rowfused_grid, rowfused_min_bytes)
+from .tiling import ceil_div
+
+_NEG_INF = '(-T.infinity("float32"))'
+_IDENTITY = {"sum": "0.0", "max": _NEG_INF}
+
+
+def rowfused_source(spec: RowFusedSpec, cfg: RowFusedConfig) -> str:
+    """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
+
+    Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
+    prim_func parameters: the inputs in order (``[rows, cols]``, ``[rows]`` or ``[cols]`` by
+    kind, each in its dtype), then ``Out``, ``Out1``, ... (``[rows, cols]`` or ``[rows]`` by
+    kind, each in its dtype). Grid: :func:`~.rowfused_spec.rowfused_grid`.
+
+    Raises:
+        LoweringError: an invalid spec or configuration (registers, grid).
+    """
+    check_rowfused(spec)
+    check_rowfused_config(spec, cfg)
+    return _Writer(spec, cfg).text()
+
+
+class _Writer:
+    def __init__(self, spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
+        s, c = spec, cfg
+        self.s, self.c = s, c
+        self.br, self.bc = c.block_rows, c.block_cols
+        self.resident = is_resident(s, c)
+        self.row = f"bx * {self.br} + i"
+        self.col = "j" if self.resident else f"ko * {self.bc} + j"
+        self.ragged_rows = s.rows % self.br != 0
+        self.ragged_cols = s.cols % self.bc != 0
+        rowc = f"T.min({self.row}, {s.rows - 1})" if self.ragged_rows else self.row
+        colc = f"T.min({self.col}, {s.cols - 1})" if self.ragged_cols else self.col
+        steps = {st.name: f"{st.name}[i]" for st in s.steps}
+        # fields of an expression of one row (a T.Parallel(block_rows) loop)
+        self.row_fields = {n: f'T.Cast("float32", {n}[{rowc}])'
+                           for n, kind, _ in s.inputs if kind == "row"}
+        self.row_fields.update(steps)
+        self.row_fields[ROW_FIELD] = f"({self.row})"
+        # fields of an expression of one element (a T.Parallel(block_rows, block_cols) loop)
+        self.elem_fields = dict(self.row_fields)
+        for n, kind, _ in s.inputs:
+            if kind == "full":
+                at = f"{n}_f[i, j]" if self.resident else f"{n}[{self.row}, {self.col}]"
+                self.elem_fields[n] = f'T.Cast("float32", {at})'
+            elif kind == "col":
+                self.elem_fields[n] = f'T.Cast("float32", {n}[{colc}])'
+        self.elem_fields[COL_FIELD] = f"({self.col})"
+        guards = ([f"{self.row} < {s.rows}"] if self.ragged_rows else []) + \
+                 ([f"{self.col} < {s.cols}"] if self.ragged_cols else [])
+        self.guard = " and ".join(guards)
+        # a resident tile holds finite zeros in its padded rows, so its terms need the
+        # column guard only; streamed terms read global memory and need both
+        self.term_guard = (f"{self.col} < {s.cols}" if self.ragged_cols else "") \
+            if self.resident else self.guard
+        self.pairs = {p.max_step: p for p in s.online} if not self.resident else {}
+        self.skip = {p.sum_step for p in self.pairs.values()}
+        self.e = Lines()
+
+    def text(self) -> str:
+        s, c, e = self.s, self.c, self.e
+        outs = list(zip(s.output_names(), s.outputs))
+        mode = ("resident" if self.resident else
+                f"streamed in {ceil_div(s.cols, self.bc)} chunks")
+        e(f"def build_{s.name}():")
+        with e.indent():
+            e(f'"""{s.name}: row-fused [{s.rows}, {s.cols}], {len(s.steps)} steps, '
+              f'{len(outs)} outputs; block {self.br}x{self.bc}, {c.threads} threads, {mode}; '
+              f'{rowfused_bytes(s, c)} bytes moved (minimum {rowfused_min_bytes(s)})."""')
+            e()
+            e("@T.prim_func")
+            e(f"def {s.name}(")
+            with e.indent():
+                shape = {"full": (s.rows, s.cols), "row": (s.rows,), "col": (s.cols,)}
+                for n, kind, dt in s.inputs:
+                    e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+                for name, (kind, _, dt) in outs:
+                    e(f'{name}: T.Tensor({shape[kind]}, "{dt}"),')
+            e("):")
+            with e.indent():
+                e(f"with T.Kernel({rowfused_grid(s, c)[0]}, threads={c.threads}) as bx:")
+                with e.indent():
+                    self._allocate()
+                    if self.resident and s.cols > 0:
+                        self._load()
+                    for k, st in enumerate(s.steps):
+                        if k in self.skip:
+                            continue
+                        if st.op == "row":
+                            e(f"for i in T.Parallel({self.br}):")
+                            with e.indent():
+                                e(f"{st.name}[i] = {st.expr.format(**self.row_fields)}")
+                        elif k in self.pairs:
+                            self._online(self.pairs[k])
+                        else:
+                            self._reduce(st.name, st.op, st.expr)
+                    self._store(outs)
+            e()
+            e(f"return {s.name}")
+        return e.text()
+
+    def _allocate(self) -> None:
+        s, e, tile = self.s, self.e, f"({self.br}, {self.bc})"
+        if self.resident and s.cols > 0:
+            for n, kind, dt in s.inputs:
+                if kind == "full":
+                    e(f'{n}_f = T.alloc_fragment({tile}, "{dt}")')
+        if any(st.op != "row" for st in s.steps):
+            e(f'acc = T.alloc_fragment({tile}, "float32")')
+        if self.pairs:
+            for name in ("acc_m", "acc_v", "acc_n"):
+                e(f'{name} = T.alloc_fragment({tile}, "float32")')
+        for st in s.steps:
+            e(f'{st.name} = T.alloc_fragment(({self.br},), "float32")')
+
+    def _load(self) -> None:
+        s, e = self.s, self.e
+        guard = " and ".join(([f"{self.row} < {s.rows}"] if self.ragged_rows else []) +
+                             ([f"j < {s.cols}"] if self.ragged_cols else []))
+        e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+        with e.indent():
+            for n, kind, dt in s.inputs:
+                if kind != "full":
+                    continue
+                if guard:
+                    e(f'{n}_f[i, j] = T.if_then_else({guard}, {n}[{self.row}, j], '
+                      f'T.Cast("{dt}", 0))')
+                else:
+                    e(f"{n}_f[i, j] = {n}[{self.row}, j]")
+
+    def _chunks(self):
+        """Open the loop over column chunks (streamed) and the element loop; returns the
+        number of levels to close."""
+        e = self.e
+        if not self.resident:
+            e(f"for ko in T.serial({ceil_div(self.s.cols, self.bc)}):")
+            e.indent()
+        e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+        e.indent()
+        return 1 if self.resident else 2
+
+    def _close(self, levels: int) -> None:
+        for _ in range(levels):
+            self.e.dedent()
+
+    def _guarded(self, term: str, identity: str) -> str:
+        return f"T.if_then_else({self.term_guard}, {term}, {identity})" if self.term_guard \
+            else term
+
+    def _reduce(self, name: str, op: str, expr: str) -> None:
+        e, identity = self.e, _IDENTITY[op]
+        # an empty row reduces a tile of identities (which also gives the fragment its layout)
+        term = identity if self.s.cols == 0 else \
+            self._guarded(expr.format(**self.elem_fields), identity)
+        if self.resident:
+            levels = self._chunks()
+            e(f"acc[i, j] = {term}")
+        else:
+            e(f"T.fill(acc, {identity})")
+            levels = self._chunks()
+            e(f"acc[i, j] = acc[i, j] + {term}" if op == "sum" else
+              f"acc[i, j] = T.max(acc[i, j], {term})")
+        self._close(levels)
+        e(f"T.reduce_{op}(acc, {name}, dim=1)")
+
+    def _online(self, p: OnlinePair) -> None:
+        """One streamed pass for ``max_c V`` and ``sum_c f(V - max)``: each lane keeps its
+        running max ``acc_m`` and a sum ``acc`` rescaled by ``f(m_old - m_new)`` when the max
+        grows; the lanes are combined as ``sum f(m_lane - M) * s_lane``. ``-inf`` handling:
+        an unchanged max keeps the scale 1 (also when both are ``-inf``), a term whose new max
+        is ``-inf`` contributes 0."""
+        e, s = self.e, self.s
+        mx, sm = s.steps[p.max_step].name, s.steps[p.sum_step].name
+        f = (lambda x: f"T.exp({x})") if p.base == "exp" else \
+            (lambda x: f"T.exp2(({x}) * {p.scale!r})")
+        value = self._guarded(s.steps[p.max_step].expr.format(**self.elem_fields), _NEG_INF)
+        e(f"T.fill(acc_m, {_NEG_INF})")
+        e("T.fill(acc, 0.0)")
+        e(f"for ko in T.serial({ceil_div(s.cols, self.bc)}):")
+        with e.indent():
+            e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+            with e.indent():
+                e(f"acc_v[i, j] = {value}")
+                e("acc_n[i, j] = T.max(acc_m[i, j], acc_v[i, j])")
+            e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+            with e.indent():
+                e("acc[i, j] = acc[i, j] * T.if_then_else(acc_m[i, j] == acc_n[i, j], 1.0, "
+                  f"{f('acc_m[i, j] - acc_n[i, j]')}) + T.if_then_else(acc_n[i, j] == "
+                  f"{_NEG_INF}, 0.0, {f('acc_v[i, j] - acc_n[i, j]')})")
+                e("acc_m[i, j] = acc_n[i, j]")
+        e(f"T.reduce_max(acc_m, {mx}, dim=1)")
+        e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+        with e.indent():
+            e(f"acc[i, j] = acc[i, j] * {f(f'acc_m[i, j] - {mx}[i]')}")
+        e(f"T.reduce_sum(acc, {sm}, dim=1)")
+
+    def _store(self, outs) -> None:
+        s, e = self.s, self.e
+        full = [(n, x, dt) for n, (kind, x, dt) in outs if kind == "full"]
+        rows = [(n, x, dt) for n, (kind, x, dt) in outs if kind == "row"]
+        if full and s.cols > 0:
+            levels = self._chunks()
+            if self.guard:
+                e(f"if {self.guard}:")
+                e.indent()
+                levels += 1
+            for n, x, dt in full:
+                e(f'{n}[{self.row}, {self.col}] = T.Cast("{dt}", '
+                  f'{x.format(**self.elem_fields)})')
+            self._close(levels)
+        if rows:
+            e(f"for i in T.Parallel({self.br}):")
+            with e.indent():
+                if self.ragged_rows:
+                    e(f"if {self.row} < {s.rows}:")
+                    e.indent()
+                for n, x, dt in rows:
+                    e(f'{n}[{self.row}] = T.Cast("{dt}", {x.format(**self.row_fields)})')
+                if self.ragged_rows:
+                    e.dedent()

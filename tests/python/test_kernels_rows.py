@@ -1,0 +1,811 @@
+"""The row families (elementwise, row reduction, row-fused) on the CPU: grid limits, output
+dtypes, positions for masks, the op table's unary ops, several outputs, and the row-fused
+family's spec, configuration space, traffic model and TileLang source.
+
+No GPU here: generated sources are written to real ``.py`` files, built and lowered to CUDA C
+for sm_90a with TileLang (``superopt.lower.tl``), and what the schedule promises is checked in
+the launch info and the CUDA text (grids within the hardware limits, one global read per
+row when resident, guards where sizes are ragged). Values are checked on the GPU by
+``tests/python/test_gpu_rows.py`` (marked ``gpu``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from superopt.derive import derive_all
+from superopt.derive.plan import Kernel, Plan
+from superopt.dsl import DagBuilder, rms_norm_subdag, softmax_subdag
+from superopt.errors import LoweringError
+from superopt.ir.ops import LOG2E, UNARY
+from superopt.ir.semantics import evaluate
+from superopt.lower import config_space, lower_plan, match_plan, module_source
+from superopt.lower import tl
+from superopt.lower.config import kernel_config_space
+from superopt.lower.families import FAMILIES, family_of
+from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, check_grid,
+                                               position_index)
+from superopt.lower.kernels.rowfused import rowfused_source
+from superopt.lower.kernels.rowfused_spec import (OnlinePair, RowFusedConfig, RowFusedSpec,
+                                                  RowStep, is_resident, register_estimate,
+                                                  rowfused_bytes, rowfused_config_space,
+                                                  rowfused_min_bytes, rowfused_passes)
+from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
+                                            elementwise_grid, elementwise_source,
+                                            row_config_space, rowreduce_grid, rowreduce_source)
+from superopt.lower.matchers.rows import match_rowfused
+from superopt.lower.target import HOPPER
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "models"))
+
+HEADER = "import tilelang\nimport tilelang.language as T\n\n\n"
+
+
+def lower(tmp_path, source: str, name: str, device_compile: bool = False) -> tuple[str, dict]:
+    """Write, import, build and lower one generated builder; (CUDA source, launch info)."""
+    text = HEADER + source
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    path = tmp_path / f"k_{digest}.py"
+    path.write_text(text)
+    module = tl.import_module_file(path, f"test_kernels_rows_{digest}")
+    prim_func = getattr(module, f"build_{name}")()
+    cuda, info = tl.lower_with_launch_info(prim_func, device_compile=device_compile)
+    assert len(info) == 1, info
+    return cuda, next(iter(info.values()))
+
+
+def within_limits(grid) -> bool:
+    x, y, z = grid
+    return 1 <= x <= 2 ** 31 - 1 and 1 <= y <= HOPPER.max_grid_yz and 1 <= z <= HOPPER.max_grid_yz
+
+
+def module_prim_funcs(match, config, tmp_path) -> dict:
+    return lower_plan(match, config, directory=tmp_path).prim_funcs()
+
+
+# -- graphs ----------------------------------------------------------------------------------
+
+def g_sum(m=64, d=100, fn="sum"):
+    b = DagBuilder("row_sum", [("m", m), ("d", d)])
+    b.output(b.red(fn, "d", b.input("X", ["m", "d"])))
+    return b.build()
+
+
+def g_softmax(m=64, d=100):
+    b = DagBuilder("softmax2", [("m", m), ("d", d)])
+    b.output(softmax_subdag(b, b.input("X", ["m", "d"]), "d"))
+    return b.build()
+
+
+def g_affine(m=64, d=100):
+    b = DagBuilder("affine", [("m", m), ("d", d)])
+    x = b.input("X", ["m", "d"])
+    b.output(b.add(b.mul(x, b.const(2.0)), b.const(1.0)))
+    return b.build()
+
+
+def g_unary(op, m=33, d=100):
+    b = DagBuilder(f"u_{op}", [("m", m), ("d", d)])
+    b.output(b.unary(op, b.input("X", ["m", "d"])))
+    return b.build()
+
+
+def g_causal(h=2, t_q=5, t_kv=7):
+    b = DagBuilder("causal_mask", [("h", h), ("t_q", t_q), ("t_kv", t_kv)])
+    s = b.input("S", ["h", "t_q", "t_kv"])
+    keep = b.band("t_q", "t_kv", lo=t_q - t_kv)
+    b.output(b.select(keep, s, b.const(float("-inf"))))
+    return b.build()
+
+
+def g_masked_softmax(h=2, t_q=5, t_kv=7):
+    b = DagBuilder("masked_softmax", [("h", h), ("t_q", t_q), ("t_kv", t_kv)])
+    s = b.input("S", ["h", "t_q", "t_kv"])
+    keep = b.band("t_q", "t_kv", lo=t_q - t_kv)
+    x = b.select(keep, s, b.const(float("-inf")))
+    m = b.red("max", "t_kv", x)
+    e = b.exp(b.sub(x, m))
+    b.output(b.div(e, b.red("sum", "t_kv", e)))
+    return b.build()
+
+
+def one_kernel_plan(graph, stream=None) -> Plan:
+    """Every computed node in one kernel streaming ``stream``, its grid the last two axes of
+    its domain other than ``stream`` (what rule ``fuse_rows`` and completion make of it)."""
+    nodes = tuple(i for i in sorted(graph.live_nodes())
+                  if graph.nodes[i].op not in ("input", "size", "eps", "const", "band"))
+    plan = Plan(graph, (Kernel(nodes, (), stream),))
+    grid = tuple(a for a in plan.domain(0) if a != stream)[-2:]
+    return Plan(graph, (plan.kernels[0].with_(grid=grid),))
+
+
+# -- the specs' meaning, in float64: the rendered expressions evaluated with numpy ------------
+
+class _T:
+    """The TileLang calls the rendered expressions make, on float64 scalars (both branches of
+    ``if_then_else`` are evaluated, which is harmless for scalars)."""
+
+    if_then_else = staticmethod(lambda c, a, b: a if c else b)
+    infinity = staticmethod(lambda dtype: np.float64(np.inf))
+    Cast = staticmethod(lambda dtype, x: np.float64(x))
+    exp, exp2, log, sqrt, tanh = np.exp, np.exp2, np.log, np.sqrt, np.tanh
+    rsqrt = staticmethod(lambda x: 1.0 / np.sqrt(x))
+    sigmoid = staticmethod(lambda x: 1.0 / (1.0 + np.exp(-x)))
+    erf = staticmethod(lambda x: np.float64(math.erf(x)))
+    max = staticmethod(lambda a, b: np.maximum(a, b))
+    min = staticmethod(lambda a, b: np.minimum(a, b))
+
+
+def _eval(expr: str, values: dict, row: int, col: int | None = None) -> float:
+    fields = {n: f"V[{n!r}]" for n in values}
+    fields.update(_row=str(row), _col=str(col))
+    with np.errstate(all="ignore"):
+        return eval(expr.format(**fields), {"T": _T, "V": values})  # noqa: S307 - our text
+
+
+def run_elementwise(spec: ElementwiseSpec, arrays: dict) -> list[np.ndarray]:
+    """Every output of an elementwise spec, element by element."""
+    outs = [spec.expr] + [x for x, _ in spec.more_outputs]
+    res = [np.zeros((spec.rows, spec.cols)) for _ in outs]
+    for r in range(spec.rows):
+        for c in range(spec.cols):
+            vals = {n: arrays[n][{"full": (r, c), "row": (r,), "col": (c,)}[k]]
+                    for n, k, _ in spec.inputs}
+            for o, x in enumerate(outs):
+                res[o][r, c] = _eval(x, vals, r, c)
+    return res
+
+
+def run_rowfused(spec: RowFusedSpec, arrays: dict) -> list:
+    """Every output of a row-fused spec: per row its steps in order, then its outputs."""
+    res = [np.zeros((spec.rows, spec.cols)) if kind == "full" else [] for kind, _, _ in
+           spec.outputs]
+    for r in range(spec.rows):
+        rowvals = {n: arrays[n][r] for n, k, _ in spec.inputs if k == "row"}
+
+        def elem(c):
+            v = dict(rowvals)
+            v.update({n: arrays[n][(r, c) if k == "full" else c] for n, k, _ in spec.inputs
+                      if k != "row"})
+            return v
+        for st in spec.steps:
+            if st.op == "row":
+                rowvals[st.name] = _eval(st.expr, rowvals, r)
+                continue
+            terms = [_eval(st.expr, elem(c), r, c) for c in range(spec.cols)]
+            rowvals[st.name] = (np.sum(terms) if st.op == "sum" else
+                                np.max(terms) if terms else -np.inf)
+        for o, (kind, x, _) in enumerate(spec.outputs):
+            if kind == "full":
+                for c in range(spec.cols):
+                    res[o][r, c] = _eval(x, elem(c), r, c)
+            else:
+                res[o].append(_eval(x, rowvals, r))
+    return res
+
+
+def run_rowreduce(spec: RowReduceSpec, arrays: dict) -> list[list[float]]:
+    """Every output of a row-reduction spec (``arrays``: ``"x"`` and the row inputs)."""
+    res: list[list[float]] = [[] for _ in range(1 + len(spec.more_outputs))]
+    pre = spec.pre.replace("{x}", "{x_}")
+    for r in range(spec.rows):
+        rv = {n: arrays[n][r] for n in spec.row_inputs}
+        terms = [_eval(pre, {**rv, "x_": arrays["x"][r, c]}, r, c) for c in range(spec.cols)]
+        red = np.sum(terms) if spec.reduce == "sum" else (np.max(terms) if terms else -np.inf)
+        for o, post in enumerate([spec.post] + [x for x, _ in spec.more_outputs]):
+            res[o].append(_eval(post.replace("{r}", "{r_}"), {**rv, "r_": red}, r))
+    return res
+
+
+def run_kernel(kl, arrays: dict) -> list[np.ndarray]:
+    """The outputs of one matched row-family kernel, each shaped as its view."""
+    s = kl.spec
+    if kl.family == "elementwise":
+        outs = run_elementwise(s, arrays)
+    elif kl.family == "rowreduce":
+        x = {"x": arrays[next(iter(arrays))], **{n: arrays[n] for n in s.row_inputs}}
+        outs = run_rowreduce(s, x)
+    else:
+        outs = run_rowfused(s, arrays)
+    return [np.asarray(o, dtype=np.float64).reshape(view) for o, (_, view) in
+            zip(outs, kl.outputs)]
+
+
+def _params(kl, values: list) -> dict:
+    """The kernel's parameter arrays by parameter name, from every node's reference value
+    (in the order of ``kl.params``, so that a row reduction's X comes first)."""
+    from superopt.lower.lowering import tensor_name
+
+    return {tensor_name(nid): np.asarray(values[nid]).reshape(view) for nid, view in kl.params}
+
+
+# =========================================================================================
+# 1a. grid limits and int32 indexes
+# =========================================================================================
+
+def test_position_index_decomposes_the_flattened_row():
+    sizes = [("b", 3), ("h", 5), ("t", 7)]
+    idx = position_index(sizes, "c")
+    assert idx("c") == "{_col}"
+    with pytest.raises(KeyError):
+        idx("z")
+    for row in range(3 * 5 * 7):
+        got = tuple(eval(idx(a).format(_row=row)) for a, _ in sizes)  # noqa: S307 - our text
+        assert got == np.unravel_index(row, (3, 5, 7)), row
+    assert position_index([("m", 9)], None)("m") == "{_row}"
+
+
+def test_check_grid_and_elements_are_typed():
+    check_grid((2 ** 31 - 1, 65535, 65535), "ok")
+    for bad in ((2 ** 31, 1, 1), (1, 65536, 1), (1, 1, 65536), (0, 1, 1)):
+        with pytest.raises(LoweringError, match="grid"):
+            check_grid(bad, "k")
+    check_elements(2 ** 16, 2 ** 15 - 1, "v")
+    with pytest.raises(LoweringError, match="int32"):
+        check_elements(2 ** 16, 2 ** 15, "v")
+    assert INDEX_LIMIT == 2 ** 31 - 1
+
+
+def test_elementwise_ten_million_rows_folds_the_grid_into_x(tmp_path):
+    spec = ElementwiseSpec(10_000_000, 128, (("x", "full", "float16"),), "{x} * 2.0",
+                           name="ew_10m")
+    cfg = row_config_space(spec.rows, spec.cols, kind="elementwise")[0]
+    grid = elementwise_grid(spec, cfg)
+    nrb, ncb = -(-spec.rows // cfg.block_rows), -(-spec.cols // cfg.block_cols)
+    assert nrb > HOPPER.max_grid_yz and grid == (nrb * ncb, 1, 1)
+    _, launch = lower(tmp_path, elementwise_source(spec, cfg), spec.name)
+    assert launch["grid"] == grid and within_limits(launch["grid"])
+    # a 2-D grid where it fits: rows stay on y
+    small = ElementwiseSpec(1000, 129, spec.inputs, spec.expr, name="ew_small")
+    c2 = RowConfig(4, 64, 128)
+    assert elementwise_grid(small, c2) == (3, 250, 1)
+    _, launch = lower(tmp_path, elementwise_source(small, c2), small.name)
+    assert launch["grid"] == (3, 250, 1)
+
+
+def test_folded_grid_with_several_column_blocks(tmp_path):
+    spec = ElementwiseSpec(70_000, 200, (("x", "full", "float16"), ("r", "row", "float32"),
+                                         ("c", "col", "float16")),
+                           "{x} * {r} + {c}", name="ew_fold")
+    cfg = RowConfig(1, 128, 128)  # 70000 row blocks > 65535, 2 column blocks (ragged)
+    assert elementwise_grid(spec, cfg) == (140_000, 1, 1)
+    src = elementwise_source(spec, cfg)
+    assert "(b // 2) * 1 + i" in src and "(b % 2) * 128 + j" in src
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["grid"] == (140_000, 1, 1)
+    assert "blockIdx.x) >> 1" in cuda and "blockIdx.x) & 1" in cuda  # b // 2, b % 2
+    assert re.search(r"if \(.*< \d+\)", cuda)  # the ragged column block is guarded
+
+
+def test_rowreduce_ten_million_rows_grid(tmp_path):
+    spec = RowReduceSpec(10_000_000, 64, "sum", pre="{x} * {x}", name="rr_10m",
+                         out_dtype="float16")
+    cfg = row_config_space(spec.rows, spec.cols)[0]
+    _, launch = lower(tmp_path, rowreduce_source(spec, cfg), spec.name)
+    assert launch["grid"] == rowreduce_grid(spec, cfg) and within_limits(launch["grid"])
+    assert launch["grid"][0] == -(-10_000_000 // cfg.block_rows)
+
+
+def test_graphs_with_ten_million_rows_lower_within_grid_limits(tmp_path):
+    for g in (g_affine(m=10_000_000, d=64), g_sum(m=10_000_000, d=64),
+              g_softmax(m=10_000_000, d=64)):
+        ds = derive_all(g)
+        fused = [d for d in ds if len(d.plan.kernels) == 1] or ds[:1]
+        for d in (ds[0], fused[-1]):
+            match = match_plan(d.plan)
+            for name, pf in module_prim_funcs(match, config_space(match, limit=1)[0],
+                                              tmp_path).items():
+                _, info = tl.lower_with_launch_info(pf)
+                (launch,) = info.values()
+                assert within_limits(launch["grid"]), (g.name, d.derivation.id, name, launch)
+
+
+def test_views_beyond_int32_are_refused_at_match_time():
+    g = g_affine(m=2 ** 16, d=2 ** 15)  # 2^31 elements
+    with pytest.raises(LoweringError, match="int32") as e:
+        match_plan(derive_all(g)[0].plan)
+    assert e.value.path == "kernels[0]"
+    with pytest.raises(LoweringError, match="int32"):
+        elementwise_source(ElementwiseSpec(2 ** 16, 2 ** 15, (("x", "full", "float16"),), "{x}"),
+                           RowConfig(1, 1024, 128))
+
+
+# =========================================================================================
+# 1b. output dtype follows the graph
+# =========================================================================================
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("fn", ["sum", "max"])
+def test_reduction_as_the_graph_output_writes_the_graph_dtype(dtype, fn, tmp_path):
+    g = g_sum(m=100, d=129, fn=fn)
+    (d,) = derive_all(g)
+    match = match_plan(d.plan, dtype)
+    (kl,) = match.kernels
+    assert kl.family == "rowreduce" and kl.spec.out_dtype == dtype
+    mod = lower_plan(match, config_space(match, limit=1)[0], directory=tmp_path)
+    m = mod.module()
+    assert m.DTYPE == dtype and m.OUTPUT_SHAPE == (100,)
+    (pf,) = mod.prim_funcs().values()
+    out = pf.buffer_map[pf.params[-1]]
+    assert str(out.dtype) == dtype and tuple(int(x) for x in out.shape) == (100,)
+    assert f"_check('out', out, (100,), torch.{dtype}, device)" in mod.source
+
+
+def test_intermediate_row_values_stay_float32_and_row_inputs_keep_their_dtype(tmp_path):
+    # the literal softmax: the row sum is an intermediate (float32, allocated float32)
+    g = g_softmax(m=40, d=50)
+    match = match_plan(derive_all(g)[0].plan, "bfloat16")
+    red = next(kl for kl in match.kernels if kl.family == "rowreduce")
+    assert red.spec.out_dtype == "float32"
+    src = module_source(match, [kernel_config_space(kl)[0] for kl in match.kernels])
+    assert f"t{red.output} = torch.empty((40,), dtype=torch.float32" in src
+    # a row reduction whose prologue reads a graph input [m]: that input is bf16
+    b = DagBuilder("lse_given_max", [("m", 40), ("d", 50)])
+    mx = b.input("M", ["m"])
+    b.output(b.red("sum", "d", b.exp(b.sub(b.input("X", ["m", "d"]), mx))))
+    g2 = b.build()
+    d = next(d for d in derive_all(g2) if len(d.plan.kernels) == 1)
+    (kl,) = match_plan(d.plan, "bfloat16").kernels
+    assert kl.family == "rowreduce" and kl.spec.row_inputs == ("v0",)
+    assert kl.spec.row_input_dtypes() == ("bfloat16",) and kl.spec.out_dtype == "bfloat16"
+    cuda, _ = lower(tmp_path, rowreduce_source(kl.spec, row_config_space(40, 50)[0]),
+                    kl.spec.name)
+    assert "bfloat16_t* __restrict__ Out" in cuda
+
+
+# =========================================================================================
+# 2. masks, select, the op table's unary ops, several outputs
+# =========================================================================================
+
+def test_band_mask_renders_from_the_row_decomposition(tmp_path):
+    g = g_causal(h=3, t_q=5, t_kv=7)
+    match = match_plan(derive_all(g)[0].plan)
+    (kl,) = match.kernels
+    assert kl.family == "elementwise" and (kl.spec.rows, kl.spec.cols) == (15, 7)
+    assert "{_row}" in kl.spec.expr and "{_col}" in kl.spec.expr
+    x = np.random.default_rng(0).standard_normal((3, 5, 7))
+    ref = evaluate(g, {"S": x})
+    assert np.isneginf(ref).sum() == 3 * (1 + 2 + 3 + 4 + 5 - 5)  # t_kv - t_q = 2 extra keys
+    got = run_elementwise(kl.spec, {"v0": x.reshape(15, 7)})
+    np.testing.assert_array_equal(got[0], ref.reshape(15, 7))
+    cfg = row_config_space(15, 7, kind="elementwise")[0]
+    cuda, _ = lower(tmp_path, elementwise_source(kl.spec, cfg), kl.spec.name)
+    assert "CUDART_INF_F" in cuda
+
+
+def test_band_in_a_row_reduction_and_a_row_fused_kernel(tmp_path):
+    b = DagBuilder("masked_sum", [("h", 2), ("t_q", 5), ("t_kv", 7)])
+    keep = b.band("t_q", "t_kv", lo=-1, hi=1)
+    b.output(b.red("sum", "t_kv", b.select(keep, b.input("S", ["h", "t_q", "t_kv"]),
+                                          b.const(0.0))))
+    gs = b.build()
+    d = next(d for d in derive_all(gs) if len(d.plan.kernels) == 1)
+    (kl,) = match_plan(d.plan).kernels
+    assert kl.family == "rowreduce" and "{_row}" in kl.spec.pre and "{_col}" in kl.spec.pre
+    x = np.random.default_rng(1).standard_normal((2, 5, 7))
+    got = [sum(_eval(kl.spec.pre.replace("{x}", "{x_}"), {"x_": x.reshape(10, 7)[r, c]}, r, c)
+               for c in range(7)) for r in range(10)]
+    np.testing.assert_allclose(got, evaluate(gs, {"S": x}).reshape(10), rtol=1e-13)
+    lower(tmp_path, rowreduce_source(kl.spec, row_config_space(10, 7)[0]), kl.spec.name)
+    g = g_masked_softmax(h=2, t_q=5, t_kv=7)
+    match = match_plan(one_kernel_plan(g, "t_kv"))
+    (kl,) = match.kernels
+    assert kl.family == "rowfused" and kl.spec.online == (OnlinePair(0, 1, "exp", 1.0),)
+    assert "{_col}" in kl.spec.steps[0].expr
+    for cfg in rowfused_config_space(kl.spec)[:2] + [RowFusedConfig(2, 64, 32)]:
+        lower(tmp_path, rowfused_source(kl.spec, cfg), kl.spec.name)
+
+
+CUDA_OF = {"tanh": "tanhf", "log": "logf", "gelu": "erff", "gelu_tanh": "tanhf",
+           "sigmoid": "exp", "relu": "max", "exp": "expf", "rsqrt": "rsqrt", "sqrt": "sqrt"}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_every_unary_op_lowers_in_the_elementwise_family(op, tmp_path):
+    g = g_unary(op)
+    match = match_plan(derive_all(g)[0].plan)
+    (kl,) = match.kernels
+    assert kl.spec.expr == UNARY[op].tilelang.format("{v0}")
+    cuda, _ = lower(tmp_path, elementwise_source(kl.spec, kernel_config_space(kl)[0]),
+                    kl.spec.name)
+    if op in CUDA_OF:
+        assert CUDA_OF[op] in cuda, op
+
+
+@pytest.mark.parametrize("op", ["tanh", "gelu", "log", "sigmoid"])
+def test_unary_ops_inside_a_row_fused_kernel(op, tmp_path):
+    b = DagBuilder(f"rf_{op}", [("m", 10), ("d", 300)])
+    x = b.unary(op, b.input("X", ["m", "d"]))
+    b.output(b.div(x, b.red("sum", "d", x)))
+    (kl,) = match_plan(one_kernel_plan(b.build(), "d")).kernels
+    assert kl.family == "rowfused"
+    lower(tmp_path, rowfused_source(kl.spec, rowfused_config_space(kl.spec)[0]), kl.spec.name)
+
+
+def test_residual_rmsnorm_writes_both_outputs_from_one_kernel(tmp_path):
+    from residual_rmsnorm import residual_rmsnorm
+
+    g = residual_rmsnorm(m=100, d=300)
+    match = match_plan(one_kernel_plan(g, "d"))
+    (kl,) = match.kernels
+    h, z = g.outputs
+    assert kl.family == "rowfused" and [o for o, _ in kl.outputs] == [h, z]
+    assert [kind for kind, _, _ in kl.spec.outputs] == ["full", "full"]
+    assert kl.spec.outputs[0][1] == "({v0} + {v1})"
+    src = module_source(match, [kernel_config_space(kl)[0]])
+    assert ("k0_rowfused(in0.view((100, 300)), in1.view((100, 300)), in2.view((300,)), "
+            "out0.view((100, 300)), out1.view((100, 300)))") in src
+    compile(src, "<module>", "exec")
+    mod = lower_plan(match, config_space(match, limit=1)[0], directory=tmp_path)
+    (pf,) = mod.prim_funcs().values()
+    assert [str(pf.buffer_map[p].dtype) for p in pf.params] == ["float16"] * 5
+    tl.lower_with_launch_info(pf)
+
+
+def test_elementwise_kernel_with_two_outputs_binds_both(tmp_path):
+    from residual_rmsnorm import residual_rmsnorm
+
+    g = residual_rmsnorm(m=64, d=96)
+    two = [d for d in derive_all(g) for kl in match_plan(d.plan).kernels
+           if kl.family == "elementwise" and kl.more_outputs]
+    assert two, "no plan with a two-output elementwise kernel"
+    match = match_plan(two[0].plan)
+    kl = next(kl for kl in match.kernels if kl.more_outputs)
+    (h, hv), (sq, sqv) = kl.outputs
+    assert h == g.outputs[0] and hv == sqv == (64, 96)
+    assert kl.spec.more_outputs[0][1] == "float32"  # the square is an fp32 intermediate
+    src = module_source(match, [kernel_config_space(k)[0] for k in match.kernels])
+    assert f"out0.view((64, 96)), t{sq}.view((64, 96)))" in src
+    assert f"t{sq} = torch.empty((64, 96), dtype=torch.float32" in src
+    cuda, _ = lower(tmp_path, elementwise_source(kl.spec, kernel_config_space(kl)[0]),
+                    kl.spec.name)
+    assert "Out1[" in cuda or "Out1 +" in cuda
+
+
+# =========================================================================================
+# 3. the row-fused family
+# =========================================================================================
+
+def softmax_spec(rows, cols, dtype="float16", online=True):
+    steps = (RowStep("m", "max", "{x}"), RowStep("z", "sum", "T.exp(({x} - {m}))"))
+    return RowFusedSpec(rows, cols, (("x", "full", dtype),), steps,
+                        (("full", "(T.exp(({x} - {m})) / {z})", dtype),),
+                        (OnlinePair(0, 1),) if online else (), name="sm")
+
+
+def layernorm_spec(rows, cols, dtype="float16"):
+    steps = (RowStep("s", "sum", "{x}"), RowStep("mu", "row", f"({{s}} / {float(cols)!r})"),
+             RowStep("v", "sum", "(({x} - {mu}) * ({x} - {mu}))"),
+             RowStep("rs", "row", f"T.rsqrt((({{v}} / {float(cols)!r}) + 1e-05))"))
+    return RowFusedSpec(rows, cols, (("x", "full", dtype), ("g", "col", dtype),
+                                     ("be", "col", dtype)), steps,
+                        (("full", "(((({x} - {mu}) * {rs}) * {g}) + {be})", dtype),
+                         ("row", "{mu}", "float32"), ("row", "{rs}", "float32")), name="ln")
+
+
+def test_family_table_puts_rowfused_before_the_plain_row_families():
+    names = list(FAMILIES)
+    assert names.index("rowfused") < names.index("rowreduce") < names.index("elementwise")
+    g = g_softmax(m=8, d=16)
+    fused = one_kernel_plan(g, "d")
+    assert family_of(fused, 0).name == "rowfused"
+    lit = derive_all(g)[0].plan
+    assert [family_of(lit, k).name for k in range(len(lit.kernels))] == \
+        ["elementwise", "rowreduce", "elementwise"]
+
+
+def test_matcher_builds_the_steps_in_order_and_finds_the_online_pair():
+    from layernorm import layernorm
+    from softmax import softmax
+
+    g = softmax(h=2, t_q=3, t_kv=10)
+    d = next(d for d in derive_all(g) if len(d.plan.kernels) == 1
+             and "stabilize_softmax" in [s.rule for s in d.derivation.steps]
+             and "exp_to_exp2" in [s.rule for s in d.derivation.steps])
+    (kl,) = match_plan(d.plan).kernels
+    s = kl.spec
+    assert kl.family == "rowfused" and (s.rows, s.cols) == (6, 10)
+    assert [st.op for st in s.steps] == ["max", "sum"]
+    assert s.online == (OnlinePair(0, 1, "exp2", LOG2E),)
+    g = layernorm(t=5, d=12)
+    d = max(derive_all(g), key=lambda d: -len(d.plan.kernels))
+    (kl,) = match_plan(d.plan).kernels
+    assert [st.op for st in kl.spec.steps] == ["sum", "row", "sum", "row"]
+    assert [k for _, k, _ in kl.spec.inputs] == ["full", "col", "col"] and not kl.spec.online
+
+
+def test_matcher_refusals_are_typed():
+    # the streamed axis is not the innermost one of the domain
+    b = DagBuilder("colsoftmax", [("m", 6), ("d", 5)])
+    x = b.input("X", ["m", "d"])
+    b.output(b.div(b.exp(x), b.red("sum", "m", b.exp(x))))
+    g = b.build()
+    with pytest.raises(LoweringError, match="innermost") as e:
+        match_rowfused(one_kernel_plan(g, "m"), 0, "float16")
+    assert e.value.path == "kernels[0]"
+    # an input that is neither full, row nor column of the domain
+    b = DagBuilder("batched", [("b", 2), ("m", 6), ("d", 5)])
+    x = b.input("X", ["b", "m", "d"])
+    w = b.input("W", ["b", "d"])
+    y = b.mul(x, w)
+    b.output(b.div(y, b.red("sum", "d", y)))
+    with pytest.raises(LoweringError, match="neither full, row nor column"):
+        match_rowfused(one_kernel_plan(b.build(), "d"), 0, "float16")
+
+
+def _example_graphs():
+    from layernorm import layernorm
+    from residual_rmsnorm import residual_rmsnorm
+    from rmsnorm import rmsnorm
+    from softmax import softmax
+
+    return [softmax(h=2, t_q=3, t_kv=9), layernorm(t=5, d=11), rmsnorm(t=4, d=13),
+            residual_rmsnorm(m=3, d=10), g_masked_softmax(h=2, t_q=3, t_kv=5),
+            g_causal(h=2, t_q=3, t_kv=4), g_sum(m=5, d=6, fn="max"),
+            g_unary("gelu_tanh", m=3, d=5)]
+
+
+@pytest.mark.parametrize("g", _example_graphs(), ids=lambda g: g.name)
+def test_row_kernels_mean_what_the_graph_means(g):
+    """Every row-family kernel of every derivation, its spec's expressions evaluated in
+    float64 on the reference values of what it reads, gives the reference values of what it
+    writes (the matchers' steps, outputs, masks, several outputs and their order)."""
+    x = {n: np.random.default_rng(7).standard_normal(sh) * 2 for n, sh in g.inputs}
+    seen, families = set(), set()
+    for d in derive_all(g):
+        values = evaluate(d.plan.graph, x, all_nodes=True)  # the rules rewrite the graph
+        for kl in match_plan(d.plan).kernels:
+            key = (kl.family, repr(kl.spec), kl.params, kl.outputs, d.plan.graph.nodes)
+            if kl.family not in ("elementwise", "rowreduce", "rowfused") or key in seen:
+                continue
+            seen.add(key)
+            families.add(kl.family)
+            for (nid, _), got in zip(kl.outputs, run_kernel(kl, _params(kl, values))):
+                want = np.asarray(values[nid], dtype=np.float64).reshape(got.shape)
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12,
+                                           err_msg=f"{d.derivation.id} {kl.family} node {nid}")
+    assert seen
+    if any(n.op == "reduce" for n in g.nodes) and len(g.nodes[g.outputs[0]].axes) == 2:
+        assert "rowfused" in families
+
+
+@pytest.mark.parametrize("spec,match", [
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),), (RowStep("s", "sum", "{y}"),),
+                  (("full", "{x}", "float16"),)), "uses {y}"),
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),), (RowStep("s", "row", "{x}"),),
+                  (("full", "{x}", "float16"),)), "uses {x}"),
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),), (RowStep("s", "min", "{x}"),),
+                  (("full", "{x}", "float16"),)), "op must be"),
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),), (), (("row", "{x}", "float16"),)),
+     "uses {x}"),
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),), (), ()), "at least one output"),
+    (RowFusedSpec(4, 4, (("acc", "full", "float16"),), (), (("full", "{acc}", "float16"),)),
+     "reserved|kernel's own"),
+    (RowFusedSpec(4, 4, (("x", "diag", "float16"),), (), (("full", "{x}", "float16"),)),
+     "kind"),
+    (RowFusedSpec(0, 4, (("x", "full", "float16"),), (), (("full", "{x}", "float16"),)),
+     "rows >= 1"),
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),),
+                  (RowStep("p", "sum", "{x}"), RowStep("q", "max", "{x}")),
+                  (("full", "{x}", "float16"),), (OnlinePair(0, 1),)), "online pair"),
+    (RowFusedSpec(4, 4, (("x", "full", "float16"),),
+                  (RowStep("p", "max", "{x}"), RowStep("q", "sum", "{x}")),
+                  (("full", "{x}", "float16"),), (OnlinePair(0, 1, "exp2", -1.0),)), "scale"),
+    (RowFusedSpec(2 ** 16, 2 ** 15, (("x", "full", "float16"),), (),
+                  (("full", "{x}", "float16"),)), "int32"),
+])
+def test_rowfused_spec_errors(spec, match):
+    with pytest.raises(LoweringError, match=match):
+        rowfused_source(spec, RowFusedConfig(1, 64, 32))
+
+
+@pytest.mark.parametrize("cfg,match", [
+    (RowFusedConfig(1, 4096, 48), "threads"),
+    (RowFusedConfig(1, 4096, 32), "elements per thread"),
+    (RowFusedConfig(2, 3072, 256), "power of two"),
+    (RowFusedConfig(1, 16384, 128), "elements per thread"),
+    (RowFusedConfig(32, 1024, 128), "registers"),  # streamed, online: 4 x 256 fp32 a thread
+])
+def test_rowfused_config_errors(cfg, match):
+    with pytest.raises(LoweringError, match=match):
+        rowfused_source(softmax_spec(64, 4096), cfg)
+
+
+def test_rowfused_config_space_resident_then_streamed():
+    for rows, cols in ((4096, 4096), (1000, 1000), (7, 33), (1, 1), (3, 0), (8, 16384)):
+        space = rowfused_config_space(softmax_spec(rows, cols), limit=None)
+        assert space and space == rowfused_config_space(softmax_spec(rows, cols), limit=None)
+        assert all(is_resident(softmax_spec(rows, cols), c) for c in space), (rows, cols)
+    best = rowfused_config_space(softmax_spec(4096, 4096))[0]
+    assert best == RowFusedConfig(1, 4096, 256)
+    long_ = softmax_spec(64, 100_000)
+    space = rowfused_config_space(long_, limit=None)
+    assert space and not any(is_resident(long_, c) for c in space)
+    # registers decide residency: two full fp16 inputs fit up to 16384 columns
+    two = RowFusedSpec(8, 16384, (("x", "full", "float16"), ("y", "full", "float16")),
+                       (RowStep("s", "sum", "({x} + {y})"),), (("full", "({x} / {s})", "float16"),))
+    cfg = rowfused_config_space(two)[0]
+    assert is_resident(two, cfg) and register_estimate(two, cfg) <= HOPPER.regs_per_sm // cfg.threads
+    # an empty batch still has a configuration (its module launches nothing)
+    empty = softmax_spec(1, 64)
+    empty = RowFusedSpec(0, 64, empty.inputs, empty.steps, empty.outputs, empty.online)
+    assert rowfused_config_space(empty)
+
+
+def test_rowfused_traffic_is_the_minimum_when_resident():
+    for spec in (softmax_spec(4096, 4096), layernorm_spec(4096, 4096)):
+        cfg = rowfused_config_space(spec)[0]
+        assert is_resident(spec, cfg)
+        assert rowfused_bytes(spec, cfg) == rowfused_min_bytes(spec)
+    sm = softmax_spec(4096, 4096)
+    assert rowfused_min_bytes(sm) == 2 * 2 * 4096 * 4096
+    # streamed: softmax reads X twice (online max+sum, then the outputs), without the
+    # online pair three times; LayerNorm three times (mean, variance, output)
+    streamed = RowFusedConfig(1, 1024, 256)
+    assert rowfused_passes(sm, streamed) == [{"x"}, {"x"}]
+    assert rowfused_bytes(sm, streamed) == 3 * 2 * 4096 * 4096
+    plain = softmax_spec(4096, 4096, online=False)
+    assert rowfused_bytes(plain, streamed) == 4 * 2 * 4096 * 4096
+    ln = layernorm_spec(4096, 4096)
+    assert len(rowfused_passes(ln, streamed)) == 3
+    assert rowfused_bytes(ln, streamed) - rowfused_min_bytes(ln) == 2 * 2 * 4096 * 4096
+
+
+def _reads_before_first_reduction(cuda: str, param: str) -> tuple[int, int]:
+    """(lines reading ``param`` before the first cross-thread reduction, lines after)."""
+    first = cuda.index("AllReduce")
+    pat = re.compile(rf"\b{param}\s*(\+|\[)")
+    before = sum(1 for ln in cuda[:first].splitlines() if pat.search(ln))
+    after = sum(1 for ln in cuda[first:].splitlines() if pat.search(ln))
+    return before, after
+
+
+@pytest.mark.parametrize("rows,cols", [(4096, 4096), (1000, 1000), (7, 33), (1, 1)])
+def test_resident_softmax_reads_each_row_once(rows, cols, tmp_path):
+    spec = softmax_spec(rows, cols)
+    for cfg in rowfused_config_space(spec)[:2]:
+        cuda, launch = lower(tmp_path, rowfused_source(spec, cfg), spec.name)
+        assert launch["grid"] == (-(-rows // cfg.block_rows), 1, 1)
+        assert launch["block"] == (cfg.threads, 1, 1)
+        before, after = _reads_before_first_reduction(cuda, "x")
+        assert before >= 1 and after == 0, (before, after)
+        assert cuda.count("AllReduce<tl::MaxOp") == 1 and cuda.count("AllReduce<tl::SumOp") == 1
+        if cols % 8 == 0 and cols >= 1024:
+            assert "uint4" in cuda  # 16-byte loads and stores
+        if cols % cfg.block_cols:  # padded columns are guarded (TileLang scales the bound)
+            assert f"j < {cols}" in rowfused_source(spec, cfg) and "condval" in cuda
+
+
+def test_streamed_softmax_online_pair_two_passes(tmp_path):
+    spec = softmax_spec(64, 100_000)
+    cfg = rowfused_config_space(spec)[0]
+    src = rowfused_source(spec, cfg)
+    assert src.count("for ko in T.serial(") == 2  # online max+sum, then the output
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["grid"] == (64 // cfg.block_rows, 1, 1)
+    assert cuda.count("AllReduce<tl::MaxOp") == 1 and cuda.count("AllReduce<tl::SumOp") == 1
+    plain = softmax_spec(64, 100_000, online=False)
+    assert rowfused_source(plain, cfg).count("for ko in T.serial(") == 3
+
+
+@pytest.mark.parametrize("rows,cols", [(4096, 4096), (100, 768), (5, 3), (4, 50_000)])
+def test_layernorm_spec_lowers(rows, cols, tmp_path):
+    spec = layernorm_spec(rows, cols)
+    cfg = rowfused_config_space(spec)[0]
+    src = rowfused_source(spec, cfg)
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["grid"] == (-(-rows // cfg.block_rows), 1, 1)
+    assert re.search(r"\bOut2\s*(\[|\+)", cuda)  # the rstd row output
+    if not is_resident(spec, cfg):  # mean, variance, output: three passes over the row
+        assert src.count("for ko in T.serial(") == 3
+
+
+def test_empty_rows_write_the_reductions_identities(tmp_path):
+    spec = RowFusedSpec(5, 0, (("x", "full", "float16"), ("w", "row", "float16")),
+                        (RowStep("s", "sum", "{x}"), RowStep("m", "max", "{x}"),
+                         RowStep("t", "row", "({s} + {w})")),
+                        (("full", "{x}", "float16"), ("row", "{t}", "float16"),
+                         ("row", "{m}", "float32")), name="empty")
+    assert run_rowfused(spec, {"x": np.zeros((5, 0)), "w": np.arange(5.0)})[1:] == \
+        [list(np.arange(5.0)), [-np.inf] * 5]
+    for cfg in rowfused_config_space(spec)[:2]:
+        src = rowfused_source(spec, cfg)
+        assert "x_f" not in src and "Out[" not in src  # nothing read or written over [5, 0]
+        cuda, _ = lower(tmp_path, src, spec.name)
+        assert re.search(r"\bOut1\s*(\[|\+)", cuda) and re.search(r"\bOut2\s*(\[|\+)", cuda)
+        assert "-CUDART_INF_F" in cuda
+
+
+@pytest.mark.slow
+def test_every_config_of_the_space_lowers(tmp_path):
+    spec0 = RowFusedSpec(
+        1, 1, (("v3", "full", "float16"), ("g", "col", "bfloat16"), ("r", "row", "float32")),
+        (RowStep("r1", "max", "{v3}"), RowStep("r5", "sum", "T.exp({v3} - {r1})"),
+         RowStep("r6", "row", "{r} / {r5}")),
+        (("full", "T.exp({v3} - {r1}) * {r6} * {g}", "float16"), ("row", "{r5}", "float32")),
+        (OnlinePair(0, 1),), name="k1_rowfused")
+    for rows, cols in ((400, 129), (1000, 1000), (7, 33), (64, 3000), (3, 1), (33, 777),
+                       (2, 70_000)):
+        spec = RowFusedSpec(rows, cols, spec0.inputs, spec0.steps, spec0.outputs, spec0.online,
+                            spec0.name)
+        for cfg in rowfused_config_space(spec, limit=None):
+            lower(tmp_path, rowfused_source(spec, cfg), spec.name)
+
+
+def test_every_rowfused_derivation_of_the_examples_lowers(tmp_path):
+    from layernorm import layernorm
+    from residual_rmsnorm import residual_rmsnorm
+    from rmsnorm import rmsnorm
+    from softmax import softmax
+
+    seen = set()
+    for g in (softmax(h=2, t_q=3, t_kv=1000), layernorm(t=100, d=768),
+              rmsnorm(t=100, d=4096), residual_rmsnorm(m=100, d=4097)):
+        for d in derive_all(g):
+            for kl in match_plan(d.plan).kernels:
+                if kl.family != "rowfused" or repr(kl.spec) in seen:
+                    continue
+                seen.add(repr(kl.spec))
+                assert rowfused_bytes(kl.spec, kernel_config_space(kl)[0]) == \
+                    rowfused_min_bytes(kl.spec)
+                lower(tmp_path, rowfused_source(kl.spec, kernel_config_space(kl)[0]),
+                      kl.spec.name)
+    assert len(seen) >= 8
+
+
+# -- compiled resource usage (nvcc), at LLaMA sizes --------------------------------------------
+
+def resource_usage(cuda: str) -> dict:
+    """Registers, spill bytes and static shared memory nvcc reports for a kernel's CUDA C
+    (compiled as TileLang compiles it: sm_90a, -O3, its template and CUTLASS includes)."""
+    from tilelang.contrib.nvcc import get_nvcc_compiler
+    from tilelang.cuda.backend import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.cu")
+        Path(src).write_text(cuda)
+        r = subprocess.run([get_nvcc_compiler(), "-cubin", "-O3", "-arch=sm_90a", "-std=c++20",
+                            "-I" + TILELANG_TEMPLATE_PATH, "-I" + CUTLASS_INCLUDE_DIR,
+                            "--resource-usage", "-o", os.path.join(d, "k.cubin"), src],
+                           capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-2000:]
+    regs = re.search(r"Used (\d+) registers", out)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    return {"registers": int(regs.group(1)),
+            "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else 0}
+
+
+@pytest.mark.slow
+def test_llama_size_rowfused_kernels_compile_without_spills(tmp_path):
+    from layernorm import layernorm
+    from residual_rmsnorm import residual_rmsnorm
+    from rmsnorm import rmsnorm
+
+    sm = DagBuilder("softmax_llama", [("m", 4096), ("d", 4096)])
+    sm.output(softmax_subdag(sm, sm.input("X", ["m", "d"]), "d"))
+    graphs = [sm.build(), rmsnorm(t=4096, d=4096), layernorm(t=4096, d=4096),
+              residual_rmsnorm(m=4096, d=4096)]
+    for g in graphs:
+        d = min((d for d in derive_all(g) if len(d.plan.kernels) == 1),
+                key=lambda d: -len(d.derivation.steps))
+        (kl,) = match_plan(d.plan).kernels
+        assert kl.family == "rowfused"
+        cfg = kernel_config_space(kl)[0]
+        cuda, launch = lower(tmp_path, rowfused_source(kl.spec, cfg), kl.spec.name,
+                             device_compile=True)
+        use = resource_usage(cuda)
+        assert use["spill_bytes"] == 0, (g.name, use)
+        assert use["registers"] * cfg.threads <= HOPPER.regs_per_sm, (g.name, use)
+        assert launch["dyn_shared_bytes"] <= 4096  # only the reductions' workspace
+        assert rowfused_bytes(kl.spec, cfg) == rowfused_min_bytes(kl.spec)
