@@ -2,8 +2,9 @@
 as a standalone module, and its derivation picture.
 
 Everything here reads a typed :class:`~superopt.record.RunRecord`; nothing is recomputed.
-:func:`write_outputs` writes every file atomically (a temporary file renamed into place), so
-an interrupted run never leaves a half-written record.
+:func:`write_outputs` writes every file atomically (:func:`atomic_write`: a temporary file,
+flushed, renamed into place), so an interrupted or failing run never leaves a half-written
+record.
 
 Owns: presentation. Imports the run record and :mod:`superopt.draw`.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -154,14 +155,24 @@ def markdown(record: RunRecord, limit: int | None = None) -> str:
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a
-    rename, so a reader never sees a half-written file."""
+    """Write ``data`` to ``path`` through a temporary file in the same directory, flushed to
+    disk, and a rename, so that a reader (or the next run, after a crash or a kill) sees the
+    old file or the whole new one, never a part; on any failure the temporary file is
+    removed and ``path`` is left as it was. The file gets the usual mode (0666 less the
+    umask), not the 0600 of ``tempfile``.
+
+    Raises:
+        OSError: the directory cannot be written (the caller types it: ``--out``).
+    """
     path = Path(path)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
