@@ -409,6 +409,11 @@ CHAINS = [
                    dtype="bfloat16", out_dtype="float32", name="chain_relu"),
      [GemmConfig(128, 128, 64, 2, 256, col_tiles=3), GemmConfig(64, 128, 64, 2, 128, col_tiles=8)],
      lambda h: np.maximum(h, 0.0), lambda acc, x: acc),
+    # the intermediate streamed in tiles (1000 = 7 x 128 + 104; k: 352 = 5 x 64 + 32)
+    (GemmChainSpec(1, 500, 352, 1000, 200, "kn", "nk", mid="T.max({acc} + {b1}, 0.0)",
+                   f_inputs=("b1",), name="chain_mlp"),
+     [GemmConfig(64, 64, 64, 3, 128, block_h=128), GemmConfig(128, 128, 64, 2, 256, block_h=64)],
+     None, lambda acc, x: acc),
 ]
 
 
@@ -420,6 +425,8 @@ def test_chain_keeps_the_intermediate_on_chip(iso, tmp_path, case):
     b1 = np.repeat(x["B1"], spec.b_batch_div(1), axis=0)
     b2 = np.repeat(x["B2"], spec.b_batch_div(2), axis=0)
     acc1 = x["A"] @ b1 if spec.b1_layout == "kn" else np.einsum("zmk,zfk->zmf", x["A"], b1)
+    if mid is None:  # chain_mlp: a bias on the intermediate, then relu
+        mid = lambda h: np.maximum(h + x["b1"][None, None, :], 0.0)  # noqa: E731
     h = _round(mid(acc1), spec.dtype)
     acc = h @ b2 if spec.b2_layout == "kn" else np.einsum("zmf,znf->zmn", h, b2)
     ref = epilogue(acc, x)
@@ -516,6 +523,20 @@ def test_chain_plan(iso, tmp_path):
                           [((4, 6, 7, 8), ("m", "n"), "d")])
     _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] == 1)
     _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] > 1)
+
+
+@pytest.mark.parametrize("f", [40, 1000])
+def test_fuse_gemm_chain_plan(iso, tmp_path, f):
+    """The rule's plan (completion streams the intermediate): a GELU MLP, whole or streamed."""
+    from superopt.derive import derive_all
+
+    b = DagBuilder("mlp", [("m", 500), ("d", 300), ("f", f), ("n", 200)])
+    x, w1, w2 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"]), b.input("W2", ["f", "n"])
+    b.output(b.matmul(b.gelu(b.matmul(x, w1, "d", "d")), w2, "f", "f"))
+    g = b.build()
+    plan = next(d.plan for d in derive_all(g)
+                if any(s.rule == "fuse_gemm_chain" for s in d.derivation.steps))
+    _module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
 
 
 def test_math_reference_sanity():

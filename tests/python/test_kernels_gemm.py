@@ -536,7 +536,8 @@ def test_match_refuses_an_int32_overflow_before_launch():
     (GemmConfig(128, 128, 64, 3, True), "threads must be an integer"),
     (GemmConfig(128, 128, 64, 3, 256, persistent="yes"), "persistent must be a bool"),
     (GemmConfig(128, 128, 64, 3, 256, schedule=None), "schedule must be a str"),
-    (GemmConfig(128, 128, 64, 3, 256, col_tiles=2), "col_tiles is for GEMM chains"),
+    (GemmConfig(128, 128, 64, 3, 256, col_tiles=2), "col_tiles and block_h are for GEMM chains"),
+    (GemmConfig(128, 128, 64, 3, 256, block_h=64), "col_tiles and block_h are for GEMM chains"),
 ])
 def test_config_of_wrong_types_is_a_lowering_error(cfg, match):
     with pytest.raises(LoweringError, match=match):
@@ -913,11 +914,28 @@ def test_chain_plan_matches_the_chain_template():
     assert kl.flops == 2 * 2 * 1000 * 40 * (1000 + 1000)
 
 
-def test_chain_wider_than_256_is_refused():
+def test_chain_wider_than_256_streams_its_intermediate():
     g, plan = _lora_plan(f=320)
-    with pytest.raises(LoweringError, match="at most 256 stays on chip") as e:
-        match_plan(plan)
-    assert e.value.path == "kernels[0]"
+    spec = match_plan(plan).kernels[0].spec
+    space = gemm_config_space(spec, limit=None)
+    assert space and all(c.block_h in (64, 128) and c.col_tiles == 1 for c in space)
+    with pytest.raises(LoweringError, match="does not stay whole on chip"):
+        gemm_source(spec, GemmConfig(64, 128, 64, 2, 128))
+
+
+def test_chain_plans_of_the_fuse_gemm_chain_rule_match():
+    """The rule's completion streams the intermediate axis; either width lowers."""
+    for f in (40, 1000):
+        b = DagBuilder("mlp", [("m", 500), ("d", 300), ("f", f), ("n", 200)])
+        x, w1, w2 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"]), b.input("W2", ["f", "n"])
+        b.output(b.matmul(b.gelu(b.matmul(x, w1, "d", "d")), w2, "f", "f"))
+        plans = [d.plan for d in derive_all(b.build())
+                 if any(s.rule == "fuse_gemm_chain" for s in d.derivation.steps)]
+        assert plans and all(p.kernels[0].stream == "f" for p in plans)
+        kl = match_plan(plans[0]).kernels[0]
+        assert isinstance(kl.spec, GemmChainSpec) and (kl.spec.k, kl.spec.f) == (300, f)
+        assert "{acc}" in kl.spec.mid and kl.spec.epilogue == "{acc}"
+        assert gemm_config_space(kl.spec)
 
 
 CHAIN_CASES = [
@@ -927,6 +945,10 @@ CHAIN_CASES = [
     (GemmChainSpec(1, 256, 512, 128, 1024, "nk", "kn", mid="T.max({acc}, 0.0)",
                    dtype="bfloat16", out_dtype="float32", name="chain_relu"),
      GemmConfig(128, 128, 64, 2, 256, col_tiles=3)),
+    # an MLP's hidden layer (1000 = 7 tiles of 128 + 104), streamed; a bias on it
+    (GemmChainSpec(1, 500, 352, 1000, 200, "kn", "nk", mid="T.max({acc} + {b1}, 0.0)",
+                   f_inputs=("b1",), name="chain_mlp"),
+     GemmConfig(64, 64, 64, 3, 128, block_h=128)),
 ]
 
 
@@ -943,15 +965,19 @@ def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg
     groups = -(-(-(-spec.n // cfg.block_n)) // cfg.col_tiles)
     assert launch["grid"] == (groups, -(-spec.m // cfg.block_m), spec.batch)
     assert launch["dyn_shared_bytes"] <= chain_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
-    # two products: block_m x f_tile (whole intermediate) then block_m x block_n from H_s
-    assert re.search(rf"wgmma_ss<[^>]*, 64, {spec.f_tile}, 16,", cuda)
+    # two products: block_m x (intermediate tile) then block_m x block_n from H_s
+    ht = cfg.block_h or spec.f_tile
+    assert re.search(rf"wgmma_ss<[^>]*, 64, {ht}, 16,", cuda)
     assert re.search(rf"wgmma_ss<[^>]*, 64, {cfg.block_n}, 16,", cuda)
     assert "H_s" in cuda and "tl::tma_load(A_desc" in cuda
     if cfg.col_tiles > 1:
         assert re.search(rf"for \(int t = 0; t < {cfg.col_tiles}; \+\+t\)", cuda)
         if (-(-spec.n // cfg.block_n)) % cfg.col_tiles:  # the last group has fewer tiles
             assert f"bx_t < {-(-spec.n // cfg.block_n)}" in src
-    if spec.f_tile != spec.f:
+    if cfg.block_h:  # the h tiles, acc kept across them; the last tile's columns guarded
+        assert re.search(rf"for \(int hs = 0; hs < {-(-spec.f // ht)}; \+\+hs\)", cuda)
+        assert f"T.if_then_else((hs * {ht} + j) < {spec.f}," in src
+    elif spec.f_tile != spec.f:
         assert f"T.if_then_else(j < {spec.f}," in src
 
 
@@ -960,6 +986,8 @@ def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg
     (GemmConfig(128, 128, 64, 3, 384), "128 or 256"),
     (GemmConfig(128, 128, 64, 3, 256, col_tiles=9), "col_tiles"),
     (GemmConfig(256, 256, 64, 3, 256), "accumulator registers"),
+    (GemmConfig(128, 128, 64, 3, 256, block_h=64, col_tiles=2), "col_tiles must be 1"),
+    (GemmConfig(128, 128, 64, 3, 256, block_h=72), "block_h must be"),
 ])
 def test_chain_config_checks(cfg, match):
     spec = CHAIN_CASES[0][0]
@@ -968,8 +996,8 @@ def test_chain_config_checks(cfg, match):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["c_alias", "persistent_ws", "prologue", "chain", "gqa_mask",
-                                   "big_batch"])
+@pytest.mark.parametrize("which", ["c_alias", "persistent_ws", "prologue", "chain",
+                                   "chain_streamed", "gqa_mask", "big_batch"])
 def test_new_gemm_paths_device_compile(tmp_path, which):
     """nvcc accepts each new kernel path for sm_90a."""
     spec, cfg = {
@@ -977,6 +1005,7 @@ def test_new_gemm_paths_device_compile(tmp_path, which):
         "persistent_ws": PERSISTENT_WS[0],
         "prologue": (PROLOGUE_CASES[2], GemmConfig(128, 128, 64, 3, 256)),
         "chain": (CHAIN_CASES[0][0], GemmConfig(64, 128, 64, 3, 128, col_tiles=2)),
+        "chain_streamed": CHAIN_CASES[2],
         "gqa_mask": (GemmSpec(6, 200, 300, 64, "nk", b_batch=2, out_dtype="float32",
                               epilogue="T.if_then_else(({row} - {col}) >= -100, {acc}, "
                                        "(-T.infinity(\"float32\")))", name="gqa"),

@@ -2,16 +2,23 @@
 ``C = epilogue(mid(A @ B1) @ B2)`` with the intermediate kept on chip.
 
 One block per (column group, row tile, batch) on a grid of :mod:`.gemm_grid` (folded into x
-where y or z would exceed 65535)::
+where y or z would exceed 65535). The whole intermediate at once (``block_h == 0``)::
 
     acc1 = 0;  for ko in T.Pipelined(K steps): TMA A, B1 tiles -> shared; acc1 += A_s @ B1_s
     H_s  = dtype(mid(acc1))                       (columns past f: 0)
     for t in col_tiles:  bx = group * col_tiles + t  (skipped past the last column tile)
         TMA B2 tile -> shared; acc = H_s @ B2_s; epilogue; C tile -> shared -> TMA store
 
-The first loop is TileLang's warp-specialised pipeline (as the GEMM's ``"auto"`` schedule);
-columns of ``H`` past ``f`` (the tile is ``f`` rounded up to 16) are zeroed, so that B2's
-zero-filled rows there contribute nothing whatever ``mid`` gives for a zero accumulator.
+or streamed in tiles of ``block_h`` (one output tile per block)::
+
+    acc = 0
+    for hs in h tiles:  acc1 = A @ B1[:, hs tile] (the pipelined K loop above)
+                        H_s = dtype(mid(acc1)); acc += H_s @ B2[hs tile, column tile]
+    epilogue; C tile -> shared -> TMA store
+
+Each pipelined loop is TileLang's warp-specialised pipeline (as the GEMM's ``"auto"``
+schedule); columns of ``H`` past ``f`` are zeroed, so that B2's zero-filled rows there
+contribute nothing whatever ``mid`` gives for a zero accumulator.
 
 Owns: the chain's source text. Imports the chain spec module, the grid and the emitter; must
 not import the configuration space.
@@ -42,7 +49,7 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
     check_chain_spec(spec)
     check_chain_config(spec, cfg)
     s, c = spec, cfg
-    bm, bn, bk, ft = c.block_m, c.block_n, c.block_k, s.f_tile
+    bm, bn, bk = c.block_m, c.block_n, c.block_k
     n_blocks = ceil_div(s.n, bn)
     b1 = (s.b_batches(1), s.k, s.f) if s.b1_layout == "kn" else (s.b_batches(1), s.f, s.k)
     b2 = (s.b_batches(2), s.f, s.n) if s.b2_layout == "kn" else (s.b_batches(2), s.n, s.f)
@@ -54,28 +61,36 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
     params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
     z1 = f"bz // {s.b_batch_div(1)}" if s.b_batch_div(1) > 1 else "bz"
     z2 = f"bz // {s.b_batch_div(2)}" if s.b_batch_div(2) > 1 else "bz"
+    streamed = c.block_h > 0
+    ht = s.h_tile(c)
+    h_steps = ceil_div(s.f, ht)
+    h0 = f"hs * {ht}" if streamed else "0"  # the intermediate tile's first column
     vec = {r: as_float(f"{r}_s[i]", s.vector_dtype(r)) for r in s.row_inputs}
-    mid_fields = dict(vec, acc="acc1[i, j]", row=f"(by * {bm} + i)", fpos="j", batch="bz")
+    fpos = f"({h0} + j)" if streamed else "j"
+    mid_fields = dict(vec, acc="acc1[i, j]", row=f"(by * {bm} + i)", fpos=fpos, batch="bz")
     mid_fields.update({v: as_float(f"{v}_s[j]", s.vector_dtype(v)) for v in s.f_inputs})
     mid = s.mid.format(**mid_fields)
-    if ft != s.f:
-        mid = f"T.if_then_else(j < {s.f}, {mid}, 0.0)"
-    epi_fields = dict(vec, acc="acc[i, j]", row=f"(by * {bm} + i)", col=f"(bx_t * {bn} + j)",
+    if s.f % ht:
+        mid = f"T.if_then_else({fpos} < {s.f}, {mid}, 0.0)"
+    col = "bx" if streamed else "bx_t"
+    epi_fields = dict(vec, acc="acc[i, j]", row=f"(by * {bm} + i)", col=f"({col} * {bn} + j)",
                       batch="bz")
     epi_fields.update({v: as_float(f"{v}_s[j]", s.vector_dtype(v)) for v in s.col_inputs})
     epilogue = s.epilogue.format(**epi_fields)
-    b1_tile = (bk, ft) if s.b1_layout == "kn" else (ft, bk)
-    b2_tile = (ft, bn) if s.b2_layout == "kn" else (bn, ft)
+    b1_tile = (bk, ht) if s.b1_layout == "kn" else (ht, bk)
+    b2_tile = (ht, bn) if s.b2_layout == "kn" else (bn, ht)
     tb1 = ", transpose_B=True" if s.b1_layout == "nk" else ""
     tb2 = ", transpose_B=True" if s.b2_layout == "nk" else ""
     policy = "policy=T.GemmWarpPolicy.FullRow"
+    tiles = (f"the intermediate in {h_steps} tiles of {ht}" if streamed
+             else f"{c.col_tiles} column tiles per block")
 
     e = Lines()
     e(f"def build_{s.name}():")
     with e.indent():
         e(f'"""{s.name}: GEMM chain batch={s.batch} m={s.m} k={s.k} f={s.f} n={s.n} '
           f'B1={s.b1_layout} B2={s.b2_layout}; tile {bm}x{bn}x{bk}, {c.stages} stages, '
-          f'{c.threads} consumer threads, {c.col_tiles} column tiles per block."""')
+          f'{c.threads} consumer threads, {tiles}."""')
         e()
         e("@T.prim_func")
         e(f"def {s.name}(")
@@ -88,42 +103,54 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
             open_kernel(e, grid, c.threads)
             e(f'A_s = T.alloc_shared(({bm}, {bk}), "{s.dtype}")')
             e(f'B1_s = T.alloc_shared({b1_tile}, "{s.dtype}")')
-            e(f'H_s = T.alloc_shared(({bm}, {ft}), "{s.dtype}")')
+            e(f'H_s = T.alloc_shared(({bm}, {ht}), "{s.dtype}")')
             e(f'B2_s = T.alloc_shared({b2_tile}, "{s.dtype}")')
             e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
-            e(f'acc1 = T.alloc_fragment(({bm}, {ft}), "float32")')
+            e(f'acc1 = T.alloc_fragment(({bm}, {ht}), "float32")')
             e(f'acc = T.alloc_fragment(({bm}, {bn}), "float32")')
             for r in s.row_inputs:
                 e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
             for v in s.f_inputs:
-                e(f'{v}_s = T.alloc_shared(({ft},), "{s.vector_dtype(v)}")')
+                e(f'{v}_s = T.alloc_shared(({ht},), "{s.vector_dtype(v)}")')
             for v in s.col_inputs:
                 e(f'{v}_s = T.alloc_shared(({bn},), "{s.vector_dtype(v)}")')
+            for r in s.row_inputs:
+                e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
+            if streamed:
+                e("T.clear(acc)")
+                e(f"for hs in T.serial({h_steps}):")
+                e.indent()
             e("T.clear(acc1)")
             e(f"for ko in T.Pipelined({ceil_div(s.k, bk)}, num_stages={c.stages}):")
             with e.indent():
                 e(f"T.copy(A[bz, by * {bm}, ko * {bk}], A_s)")
-                e(f"T.copy(B1[{z1}, ko * {bk}, 0], B1_s)" if s.b1_layout == "kn"
-                  else f"T.copy(B1[{z1}, 0, ko * {bk}], B1_s)")
+                e(f"T.copy(B1[{z1}, ko * {bk}, {h0}], B1_s)" if s.b1_layout == "kn"
+                  else f"T.copy(B1[{z1}, {h0}, ko * {bk}], B1_s)")
                 e(f"T.gemm(A_s, B1_s, acc1{tb1}, {policy})")
-            for r in s.row_inputs:
-                e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
             for v in s.f_inputs:
-                e(f"T.copy({v}[0], {v}_s)")
+                e(f"T.copy({v}[{h0}], {v}_s)")
             if mid != "acc1[i, j]":
-                e(f"for i, j in T.Parallel({bm}, {ft}):")
+                e(f"for i, j in T.Parallel({bm}, {ht}):")
                 with e.indent():
                     e(f"acc1[i, j] = {mid}")
             e("T.copy(acc1, H_s)")
-            e(f"for t in T.serial({c.col_tiles}):")
-            with e.indent():
-                e(f"bx_t = bx * {c.col_tiles} + t")
-                if n_blocks % c.col_tiles:
-                    e(f"if bx_t < {n_blocks}:")
-                    e.indent()
-                _write_column_tile(e, s, c, z2, tb2, policy, epilogue)
-                if n_blocks % c.col_tiles:
-                    e.dedent()
+            if streamed:
+                # acc += H tile @ B2[h tile, column tile], acc kept across the h tiles
+                e(f"T.copy(B2[{z2}, {h0}, bx * {bn}], B2_s)" if s.b2_layout == "kn"
+                  else f"T.copy(B2[{z2}, bx * {bn}, {h0}], B2_s)")
+                e(f"T.gemm(H_s, B2_s, acc{tb2}, {policy})")
+                e.dedent()
+                _write_epilogue(e, s, c, "bx", epilogue)
+            else:
+                e(f"for t in T.serial({c.col_tiles}):")
+                with e.indent():
+                    e(f"bx_t = bx * {c.col_tiles} + t")
+                    if n_blocks % c.col_tiles:
+                        e(f"if bx_t < {n_blocks}:")
+                        e.indent()
+                    _write_column_tile(e, s, c, z2, tb2, policy, epilogue)
+                    if n_blocks % c.col_tiles:
+                        e.dedent()
             e.dedent()
         e()
         e(f"return {s.name}")
@@ -132,17 +159,24 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
 
 def _write_column_tile(e: Lines, s: GemmChainSpec, c: GemmConfig, z2: str, tb2: str,
                        policy: str, epilogue: str) -> None:
-    """One output column tile ``bx_t``: B2 tile, second product, epilogue, store."""
-    bm, bn = c.block_m, c.block_n
+    """One output column tile ``bx_t`` from the whole intermediate: B2 tile, second product,
+    epilogue, store."""
+    bn = c.block_n
     e(f"T.copy(B2[{z2}, 0, bx_t * {bn}], B2_s)" if s.b2_layout == "kn"
       else f"T.copy(B2[{z2}, bx_t * {bn}, 0], B2_s)")
     e("T.clear(acc)")
     e(f"T.gemm(H_s, B2_s, acc{tb2}, {policy})")
+    _write_epilogue(e, s, c, "bx_t", epilogue)
+
+
+def _write_epilogue(e: Lines, s: GemmChainSpec, c: GemmConfig, col: str, epilogue: str) -> None:
+    """Column vectors, the epilogue and the store of output column tile ``col``."""
+    bm, bn = c.block_m, c.block_n
     for v in s.col_inputs:
-        e(f"T.copy({v}[bx_t * {bn}], {v}_s)")
+        e(f"T.copy({v}[{col} * {bn}], {v}_s)")
     if epilogue != "acc[i, j]":
         e(f"for i, j in T.Parallel({bm}, {bn}):")
         with e.indent():
             e(f"acc[i, j] = {epilogue}")
     e("T.copy(acc, C_s)")
-    e(f"T.copy(C_s, C[bz, by * {bm}, bx_t * {bn}])")
+    e(f"T.copy(C_s, C[bz, by * {bm}, {col} * {bn}])")

@@ -9,17 +9,26 @@ The template, with a leading batch axis on every tensor::
     acc [b, m, n] = H @ B2 [b2, f, n]                (B2 as [b2, n, f] when b2_layout "nk")
     C   [b, m, n] = epilogue(acc, row inputs, column inputs [n], positions)
 
-with the intermediate axis ``f <= 256``: one block holds a ``block_m × f`` tile of ``acc1``
-(streaming A and B1 over k), rounds it into shared memory as ``H`` and multiplies it by
-``col_tiles`` column tiles of B2 in turn, so ``H`` never goes to global memory (a LoRA
-adapter ``(X @ A) @ B`` of rank 16–128, a low-rank projection pair). Blocks of one row tile
-but different column groups recompute ``acc1``: ``col_tiles`` trades that recomputation
-against parallelism. ``B1``'s and ``B2``'s batches are ``b`` or divisors of it, read as in
+``H`` never goes to global memory, in one of two schedules (``block_h``):
+
+* the whole intermediate at once (``block_h == 0``, needs ``f <= 256``): one block holds a
+  ``block_m × f`` tile of ``acc1`` (streaming A and B1 over k), rounds it into shared memory
+  as ``H`` and multiplies it by ``col_tiles`` column tiles of B2 in turn (a LoRA adapter
+  ``(X @ A) @ B`` of rank 16–128, a low-rank projection pair). Blocks of one row tile but
+  different column groups recompute ``acc1``: ``col_tiles`` trades that recomputation
+  against parallelism;
+* the intermediate streamed in tiles of ``block_h`` (any ``f``, an MLP's hidden layer): per
+  ``h`` tile, ``acc1`` over all of k (streaming A and B1), ``H`` in shared memory, and
+  ``acc += H @ B2[h tile, column tile]``, ``acc`` staying in registers across the ``h``
+  tiles; each block owns one output tile, so blocks of one row tile recompute ``acc1``.
+
+``B1``'s and ``B2``'s batches are ``b`` or divisors of it, read as in
 :class:`~.gemm_spec.GemmSpec` (``z // (b / b1)``).
 
 The configuration is a :class:`~.gemm_spec.GemmConfig` (the GEMM family's one configuration
 type): ``block_m``, ``block_n`` (the output tile), ``block_k`` (the first product's K step),
-``stages``, ``threads`` and ``col_tiles``; schedule ``"auto"``, FullRow, TMA store.
+``stages``, ``threads``, ``col_tiles`` and ``block_h``; schedule ``"auto"``, FullRow, TMA
+store.
 
 Owns: the chain's spec, fit, models and space. Imports the GEMM spec module (its config,
 checks and limits), the shared checks and the dtypes; must not import a source writer.
@@ -27,6 +36,7 @@ checks and limits), the shared checks and the dtypes; must not import a source w
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from ...dtypes import itemsize
@@ -36,7 +46,8 @@ from .gemm_spec import (ACCUM_REGS_LIMIT, MAX_ELEMENTS, NUM_SMS, SMEM_LIMIT_BYTE
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div, round_up
 
-#: The widest on-chip intermediate (one wgmma N, and an fp32 accumulator tile per block).
+#: The widest intermediate held whole on chip (one wgmma N, an fp32 accumulator tile per
+#: block); a wider one is streamed in tiles of ``block_h``.
 MAX_CHAIN_F = 256
 #: Format fields of the positions: row of A/C, column of C (epilogue) or of H (mid), batch.
 CHAIN_EPILOGUE_POSITIONS = ("row", "col", "batch")
@@ -57,7 +68,7 @@ class GemmChainSpec:
     """What one GEMM-chain kernel computes (module docstring); sizes baked in.
 
     Attributes:
-        batch, m, k, f, n: the extents (``f`` the intermediate, ``1 <= f <= 256``).
+        batch, m, k, f, n: the extents (``f`` the intermediate).
         b1_layout, b2_layout: ``"kn"`` or ``"nk"`` (see the module docstring).
         mid: fp32 expression on the first accumulator: fields ``{acc}``, ``{<row input>}``,
             ``{<f input>}``, ``{row}``, ``{fpos}``, ``{batch}``.
@@ -92,8 +103,12 @@ class GemmChainSpec:
 
     @property
     def f_tile(self) -> int:
-        """The intermediate's on-chip width: ``f`` rounded up to the wgmma atom (16)."""
+        """The whole intermediate's on-chip width: ``f`` rounded up to the wgmma atom (16)."""
         return round_up(self.f, 16)
+
+    def h_tile(self, cfg: GemmConfig) -> int:
+        """The intermediate's tile under ``cfg``: ``block_h``, or the whole ``f_tile``."""
+        return cfg.block_h or self.f_tile
 
     def b_batches(self, which: int) -> int:
         """The leading batch extent of B1 (``which == 1``) or B2."""
@@ -112,7 +127,7 @@ def check_chain_spec(spec: GemmChainSpec) -> None:
 
     Raises:
         LoweringError: not a chain spec, a field of the wrong type, a size out of range
-            (``f`` over 256, a tensor of 2^31 elements or more), a B batch that does not
+            (an empty axis, a tensor of 2^31 elements or more), a B batch that does not
             divide the batch, an unknown layout or dtype, a bad or repeated name, or an
             expression field the spec does not provide.
     """
@@ -122,10 +137,9 @@ def check_chain_spec(spec: GemmChainSpec) -> None:
         v = getattr(spec, name)
         if isinstance(v, bool) or not isinstance(v, int):
             raise LoweringError(f"GEMM chain {name} must be an integer, got {v!r}")
-    if spec.batch < 1 or spec.m < 1 or spec.k < 1 or spec.n < 1 or not 1 <= spec.f <= MAX_CHAIN_F:
-        raise LoweringError(f"GEMM chain sizes must be batch, m, k, n >= 1 and 1 <= f <= "
-                            f"{MAX_CHAIN_F}; got batch={spec.batch} m={spec.m} k={spec.k} "
-                            f"f={spec.f} n={spec.n}")
+    if min(spec.batch, spec.m, spec.k, spec.f, spec.n) < 1:
+        raise LoweringError(f"GEMM chain sizes must be >= 1; got batch={spec.batch} m={spec.m} "
+                            f"k={spec.k} f={spec.f} n={spec.n}")
     for which in (1, 2):
         b = spec.b1_batch if which == 1 else spec.b2_batch
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or
@@ -171,14 +185,14 @@ def check_chain_spec(spec: GemmChainSpec) -> None:
 def chain_accum_registers(spec: GemmChainSpec, cfg: GemmConfig) -> int:
     """fp32 accumulator registers per consumer thread: the intermediate tile and the output
     tile (both counted: TileLang keeps both fragments allocated)."""
-    return (cfg.block_m * spec.f_tile + cfg.block_m * cfg.block_n) // cfg.threads
+    return (cfg.block_m * spec.h_tile(cfg) + cfg.block_m * cfg.block_n) // cfg.threads
 
 
 def chain_smem_bytes(spec: GemmChainSpec, cfg: GemmConfig) -> int:
     """Dynamic shared memory of one block, in bytes (an upper bound: the K ring of A and B1
     tiles, H, one B2 tile, the C staging tile and the vectors, none aliased)."""
     ib = itemsize(spec.dtype)
-    ft = spec.f_tile
+    ft = spec.h_tile(cfg)
     ring = cfg.stages * (cfg.block_m * cfg.block_k + cfg.block_k * ft) * ib
     h = cfg.block_m * ft * ib
     b2 = ft * cfg.block_n * ib
@@ -191,7 +205,8 @@ def chain_smem_bytes(spec: GemmChainSpec, cfg: GemmConfig) -> int:
 
 
 def chain_groups(spec: GemmChainSpec, cfg: GemmConfig) -> int:
-    """Column groups on grid x: ``ceil(column tiles / col_tiles)``."""
+    """Column groups on grid x: ``ceil(column tiles / col_tiles)`` (``col_tiles`` is 1 when
+    the intermediate is streamed)."""
     return ceil_div(ceil_div(spec.n, cfg.block_n), cfg.col_tiles)
 
 
@@ -201,8 +216,9 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
     Raises:
         LoweringError: a field of the wrong type; a schedule other than ``"auto"`` with
             FullRow, TMA store, no swizzle, no persistence, no cluster; tile sizes that are
-            not whole wgmma atoms; ``col_tiles`` out of range; shared memory or
-            accumulator registers over the limits.
+            not whole wgmma atoms; ``col_tiles`` out of range (or not 1 with a streamed
+            intermediate); ``block_h`` 0 for an intermediate over 256, or not a multiple of
+            16 in [16, 256]; shared memory or accumulator registers over the limits.
     """
     check_config_fields(cfg)
     if (cfg.schedule != "auto" or cfg.policy != "full_row" or cfg.store != "tma" or
@@ -221,6 +237,15 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
         raise LoweringError(f"block_k must be a multiple of 16 in [16, 256], got {cfg.block_k}")
     if not 1 <= cfg.stages <= 8:
         raise LoweringError(f"stages must be in [1, 8], got {cfg.stages}")
+    if cfg.block_h == 0 and spec.f > MAX_CHAIN_F:
+        raise LoweringError(f"an intermediate of {spec.f} > {MAX_CHAIN_F} does not stay whole "
+                            "on chip: stream it (block_h > 0)")
+    if cfg.block_h and (cfg.block_h % 16 or not 16 <= cfg.block_h <= 256):
+        raise LoweringError(f"block_h must be 0 or a multiple of 16 in [16, 256], got "
+                            f"{cfg.block_h}")
+    if cfg.block_h and cfg.col_tiles != 1:
+        raise LoweringError("a streamed intermediate (block_h > 0) keeps one output tile per "
+                            f"block: col_tiles must be 1, got {cfg.col_tiles}")
     n_blocks = ceil_div(spec.n, cfg.block_n)
     if not 1 <= cfg.col_tiles <= n_blocks:
         raise LoweringError(f"col_tiles must be in [1, {n_blocks}] (the column tiles), got "
@@ -229,7 +254,7 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
     limit = min(ACCUM_REGS_LIMIT, 65536 // (cfg.threads + 128) // 8 * 8 - _NON_ACCUM_REGS)
     if regs > limit:
         raise LoweringError(f"{regs} accumulator registers per consumer thread > {limit} "
-                            f"(tiles {cfg.block_m}x{spec.f_tile} and {cfg.block_m}x"
+                            f"(tiles {cfg.block_m}x{spec.h_tile(cfg)} and {cfg.block_m}x"
                             f"{cfg.block_n}, {cfg.threads} threads)")
     smem = chain_smem_bytes(spec, cfg)
     if smem > SMEM_LIMIT_BYTES:
@@ -238,19 +263,23 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
 
 def chain_cost_clk(spec: GemmChainSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> float:
     """A cheap time estimate of one launch in SM clocks (for ordering): each block streams
-    the first product over k (recomputed by every column group), then runs ``col_tiles``
-    second products of ``block_m × block_n × f``; blocks run in waves of ``num_sms``."""
+    the first product over k for each intermediate tile (recomputed by every column group),
+    and runs the second products of ``block_m × block_n × tile``; blocks run in waves of
+    ``num_sms``."""
     ib = itemsize(spec.dtype)
-    ft = spec.f_tile
-    tensor = cfg.block_m * ft * cfg.block_k / _FMA_PER_CLK
-    smem = (cfg.block_m + ft) * cfg.block_k * ib * 2 / _SMEM_BYTES_PER_CLK
-    l2 = (cfg.block_m + ft) * cfg.block_k * ib / _L2_BYTES_PER_CLK
-    first = ceil_div(spec.k, cfg.block_k) * (max(tensor, smem, l2) + _KSTEP_OVERHEAD_CLK)
-    second_t = cfg.block_m * cfg.block_n * ft / _FMA_PER_CLK
-    second_l2 = ft * cfg.block_n * ib / _L2_BYTES_PER_CLK
-    second = cfg.col_tiles * (max(second_t, second_l2) + _TILE_OVERHEAD_CLK / 2)
+    ht = spec.h_tile(cfg)
+    h_steps = ceil_div(spec.f, ht)
+    tensor = cfg.block_m * ht * cfg.block_k / _FMA_PER_CLK
+    smem = (cfg.block_m + ht) * cfg.block_k * ib * 2 / _SMEM_BYTES_PER_CLK
+    l2 = (cfg.block_m + ht) * cfg.block_k * ib / _L2_BYTES_PER_CLK
+    first = h_steps * ceil_div(spec.k, cfg.block_k) * (max(tensor, smem, l2) +
+                                                       _KSTEP_OVERHEAD_CLK)
+    second_t = cfg.block_m * cfg.block_n * ht / _FMA_PER_CLK
+    second_l2 = ht * cfg.block_n * ib / _L2_BYTES_PER_CLK
+    second = h_steps * cfg.col_tiles * max(second_t, second_l2)
+    epilogues = cfg.col_tiles * _TILE_OVERHEAD_CLK / 2
     blocks = chain_groups(spec, cfg) * ceil_div(spec.m, cfg.block_m) * spec.batch
-    return ceil_div(blocks, num_sms) * (first + second + _TILE_OVERHEAD_CLK)
+    return ceil_div(blocks, num_sms) * (first + second + epilogues + _TILE_OVERHEAD_CLK)
 
 
 def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[GemmConfig]:
@@ -263,6 +292,7 @@ def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[Gemm
     m_cap = max(64, 1 << (spec.m - 1).bit_length())
     n_cap = max(64, 1 << (spec.n - 1).bit_length())
     cands: dict[GemmConfig, None] = {}
+    h_tiles = (0,) if spec.f <= MAX_CHAIN_F else (64, 128)
     for threads, block_ms in ((128, (64, 128)), (256, (128, 256))):
         for bm in block_ms:
             if bm > 2 * m_cap:
@@ -272,19 +302,18 @@ def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[Gemm
                     continue
                 n_blocks = ceil_div(spec.n, bn)
                 splits = sorted({1, 2, 4, 8, n_blocks} & set(range(1, n_blocks + 1)))
-                for bk in (64, 128):
-                    for stages in (2, 3, 4):
-                        for ct in splits:
-                            cfg = GemmConfig(bm, bn, bk, stages, threads, col_tiles=ct)
-                            try:
-                                check_chain_config(spec, cfg)
-                            except LoweringError:
-                                continue
-                            cands[cfg] = None
+                for bk, stages, bh in itertools.product((64, 128), (2, 3, 4), h_tiles):
+                    for ct in (splits if bh == 0 else (1,)):
+                        cfg = GemmConfig(bm, bn, bk, stages, threads, col_tiles=ct, block_h=bh)
+                        try:
+                            check_chain_config(spec, cfg)
+                        except LoweringError:
+                            continue
+                        cands[cfg] = None
 
     def key(c: GemmConfig) -> tuple:
         return (round(chain_cost_clk(spec, c)), -c.stages, c.block_m * c.block_n, c.block_k,
-                c.col_tiles, c.threads)
+                c.col_tiles, c.block_h, c.threads)
 
     ordered = sorted(cands, key=key)
     return ordered if limit is None else ordered[:limit]

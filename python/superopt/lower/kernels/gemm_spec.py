@@ -196,6 +196,8 @@ class GemmConfig:
         col_tiles: GEMM chains only (:mod:`.gemm_chain_spec`): output column tiles one
             block computes in turn from its on-chip intermediate tile (1: one block per
             column tile, each recomputing the first product); 1 for every other GEMM.
+        block_h: GEMM chains only: the intermediate's tile when it is streamed (0: the
+            whole intermediate at once, at most 256 wide); 0 for every other GEMM.
     """
 
     block_m: int
@@ -212,12 +214,13 @@ class GemmConfig:
     cluster_m: int = 1
     c_alias: bool = False
     col_tiles: int = 1
+    block_h: int = 0
 
 
 _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, "threads": int,
                  "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
-                 "col_tiles": int}
+                 "col_tiles": int, "block_h": int}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
@@ -341,9 +344,9 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             field of the wrong type.
     """
     check_config_fields(cfg)
-    if cfg.col_tiles != 1:
-        raise LoweringError(f"col_tiles is for GEMM chains; a single GEMM needs 1, got "
-                            f"{cfg.col_tiles}")
+    if cfg.col_tiles != 1 or cfg.block_h != 0:
+        raise LoweringError(f"col_tiles and block_h are for GEMM chains; a single GEMM needs "
+                            f"1 and 0, got {cfg.col_tiles} and {cfg.block_h}")
     if cfg.threads not in (128, 256, 384):
         raise LoweringError(f"threads must be 128, 256 or 384 consumer threads, got {cfg.threads}")
     wgs = cfg.threads // 128

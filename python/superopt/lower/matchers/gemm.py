@@ -3,8 +3,7 @@ their A operand (a dual GEMM), optionally the A rows' sum of squares in the same
 (one-kernel FlashNorm), an elementwise prologue computing A on its tiles (a residual add, a
 scale, a norm's row statistics), and a fused elementwise epilogue reading row vectors,
 column vectors and the element's position (masks); or a chain of two matmuls whose
-intermediate (at most 256 wide) stays on chip, streamed over the first one's contraction
-(:func:`match_gemm_chain`).
+intermediate stays on chip (:func:`match_gemm_chain`).
 
 B may have fewer leading batch axes than A and the output, as long as they are a prefix of
 the output's (grouped-query attention: Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``): the
@@ -25,7 +24,7 @@ from ...errors import LoweringError
 from ...ir.dag import Graph, NodeId
 from ..expr import render
 from ..lowering import KernelLowering, axes_prod, single_output, storage_dtype, tensor_name
-from ..kernels.gemm_chain_spec import MAX_CHAIN_F, GemmChainSpec, check_chain_spec
+from ..kernels.gemm_chain_spec import GemmChainSpec, check_chain_spec
 from ..kernels.gemm_spec import GemmSpec, check_spec
 
 
@@ -249,8 +248,11 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
 
 
 def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
-    """Kernel ``k`` as a GEMM chain: ``out = epilogue(mid(A @_r B1) @_f B2)`` streamed over
-    ``r`` (the first product's contraction), the intermediate axis ``f`` at most 256 wide.
+    """Kernel ``k`` as a GEMM chain: ``out = epilogue(mid(A @_r B1) @_f B2)``, the kernel
+    streaming ``r`` (the first product's contraction) or ``f`` (the intermediate axis, as
+    ``fuse_gemm_chain``'s completion does); the configuration decides whether the
+    intermediate is held whole (``f <= 256``) or streamed in tiles
+    (:mod:`~superopt.lower.kernels.gemm_chain_spec`).
 
     Raises:
         LoweringError: the kernel is not of that shape (the message says what differs).
@@ -269,9 +271,10 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
     if any(g.nodes[n].op == "reduce" for n in kern.nodes):
         raise LoweringError(f"kernel {k}: a GEMM chain computes no reduction besides its "
                             "matmuls", path=where)
-    if n1.axis != r or n1.axis_b != r:
-        raise LoweringError(f"kernel {k}: the chain's first matmul does not contract the "
-                            f"streamed axis {r!r}", path=where)
+    if n1.axis != n1.axis_b or r not in (n1.axis, n2.axis):
+        raise LoweringError(f"kernel {k}: the chain streams {r!r}, neither the first "
+                            f"matmul's contraction {n1.axis!r} nor the intermediate "
+                            f"{n2.axis!r}", path=where)
     out = single_output(plan, k)
     dom = g.nodes[out].axes
     if len(dom) < 2 or n2.axes != dom:
@@ -282,9 +285,7 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
         raise LoweringError(f"kernel {k}: the second matmul does not contract the first one's "
                             f"columns ({list(n1.axes)} then {n2.describe()})", path=where)
     f = g.size(f_axis)
-    if f > MAX_CHAIN_F:
-        raise LoweringError(f"kernel {k}: the chain's intermediate axis {f_axis!r} is {f} wide; "
-                            f"at most {MAX_CHAIN_F} stays on chip", path=where)
+    r = n1.axis  # the first product's contraction, whichever axis the plan streams
     a1, b1 = n1.args
     a2, b2 = n2.args
     if plan.owner(a1) == k or plan.owner(b1) == k or plan.owner(b2) == k:
