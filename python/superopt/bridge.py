@@ -68,7 +68,7 @@ def handle(request: bytes) -> bytes:
 def _dispatch(req: dict) -> dict:
     kind = req["kind"]
     if kind == "ping":
-        from . import __version__
+        from .version import __version__
         return wire.pong_response(__version__)
     if kind == "derive":
         derive_all = _backend("superopt.derive", "derive_all")

@@ -1,13 +1,13 @@
 """Element types: the one table of names, aliases, item sizes, torch dtypes and tolerances.
 
-=========  =======  =========  ================  ================================
-name       aliases  bytes      tolerance         role
-=========  =======  =========  ================  ================================
-float16    fp16     2          2e-3              a graph's storage dtype (fp32 math)
-bfloat16   bf16     2          1e-2              a graph's storage dtype (fp32 math)
-float32    fp32     4          1e-4              intermediates, CPU tests
-float64    fp64     8          1e-10             the reference
-=========  =======  =========  ================  ================================
+=========  =======  =====  =========  ===========  ================================
+name       aliases  bytes  tolerance  largest      role
+=========  =======  =====  =========  ===========  ================================
+float16    fp16     2      2e-3       65504        a graph's storage dtype (fp32 math)
+bfloat16   bf16     2      1e-2       3.3895e38    a graph's storage dtype (fp32 math)
+float32    fp32     4      1e-4       3.4028e38    intermediates, CPU tests
+float64    fp64     8      1e-10      1.7977e308   the reference
+=========  =======  =====  =========  ===========  ================================
 
 The tolerance bounds ‖out − ref‖_F / ‖ref‖_F against the float64 reference
 (WORKLOADS.md, "The bar", for fp16 and bf16; the device tool's METHOD.md for fp32).
@@ -38,6 +38,7 @@ class DType:
         short: the command-line spelling (``"fp16"``).
         itemsize: bytes per element.
         tolerance: relative-error bound of a check against the float64 reference.
+        largest: the largest finite value (what an intermediate stored in it may reach).
         storage: whether a graph may be stored in it (what ``--dtype`` accepts).
     """
 
@@ -45,14 +46,15 @@ class DType:
     short: str
     itemsize: int
     tolerance: float
+    largest: float
     storage: bool = False
 
 
 DTYPES: dict[str, DType] = {d.name: d for d in (
-    DType("float16", "fp16", 2, 2e-3, storage=True),
-    DType("bfloat16", "bf16", 2, 1e-2, storage=True),
-    DType("float32", "fp32", 4, 1e-4),
-    DType("float64", "fp64", 8, 1e-10),
+    DType("float16", "fp16", 2, 2e-3, 65504.0, storage=True),
+    DType("bfloat16", "bf16", 2, 1e-2, 3.3895313892515355e38, storage=True),
+    DType("float32", "fp32", 4, 1e-4, 3.4028234663852886e38),
+    DType("float64", "fp64", 8, 1e-10, 1.7976931348623157e308),
 )}
 _ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
             "float": "float32", "fp64": "float64", "double": "float64"}

@@ -9,10 +9,11 @@ cases").
   attention ``4·h·t_q·t_kv·d_h``, a GEMM ``2·m·n·d``, a dual GEMM ``4·m·n·d``);
 * :func:`min_bytes`: each live input read once and each output written once, in the
   graph's storage dtype;
+* :func:`input_roles`: weight, a side of a product of inputs, or activation;
 * :func:`input_scales`: the standard deviation of each input's N(0, σ²) entries for the
   *realistic* check (see the function).
 
-Owns: these three facts; the roofline floor that combines them with measured ceilings is
+Owns: these facts; the roofline floor that combines them with measured ceilings is
 :func:`superopt.run.timing.floor_us`. Imports only the IR and :mod:`superopt.dtypes`.
 """
 
@@ -56,6 +57,34 @@ def _matmul_readers(graph: Graph, x: NodeId) -> list[tuple[NodeId, int]]:
     live = graph.live_nodes()
     return [(i, j) for i, n in enumerate(graph.nodes) if i in live and n.op == "matmul"
             for j, a in enumerate(n.args) if a == x]
+
+
+def input_roles(graph: Graph) -> dict[str, str]:
+    """What each input is, from the matmuls that read it:
+
+    * ``"weight"``: the second operand of a matmul sharing no axis but the contracted one
+      with the first (``X[m, d] @_d W[d, n]``);
+    * ``"product"``: contracted against another *input* sharing a batch axis (each side of
+      attention's ``Q·Kᵀ``);
+    * ``"activation"``: everything else.
+    """
+    out: dict[str, str] = {}
+    for i in graph.input_ids:
+        node = graph.nodes[i]
+        role = "activation"
+        for mm, j in _matmul_readers(graph, i):
+            m = graph.nodes[mm]
+            other = m.args[1 - j]
+            contracted = m.axis if j == 0 else m.axis_b
+            other_contracted = m.axis_b if j == 0 else m.axis
+            mine = set(node.axes) - {contracted}
+            theirs = set(graph.nodes[other].axes) - {other_contracted}
+            if j == 1 and not mine & theirs:
+                role = "weight"
+            elif mine & theirs and graph.nodes[other].op == "input" and role != "weight":
+                role = "product"
+        out[node.name] = role
+    return out
 
 
 def input_scales(graph: Graph) -> dict[str, float]:

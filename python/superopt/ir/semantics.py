@@ -207,14 +207,17 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
 
 
 def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None = None,
-                  dtype: Any = None, device: Any = None) -> dict[str, Any]:
-    """Seeded N(0, σ²) inputs for ``graph``.
+                  offsets: Mapping[str, float] | None = None, dtype: Any = None,
+                  device: Any = None) -> dict[str, Any]:
+    """Seeded N(μ, σ²) inputs for ``graph``.
 
     Args:
         seed: the generator seed (the same seed gives the same values on any machine for
             the numpy path; the torch path uses ``torch.Generator(device)``).
         scales: input name → σ (default: :func:`superopt.ir.facts.input_scales`, the
             realistic scales computed from the graph's structure).
+        offsets: input name → μ (default 0; the adversarial "large means" of
+            :mod:`superopt.ir.numerics`).
         dtype: ``None`` → numpy float64; a torch dtype → torch tensors of that dtype on
             ``device`` (the values are drawn in float32 then cast).
 
@@ -223,18 +226,19 @@ def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None
     """
     if scales is None:
         scales = input_scales(graph)
+    offsets = offsets or {}
     out: dict[str, Any] = {}
     if dtype is None:
         rng = np.random.default_rng(seed)
         for name, shape in graph.inputs:
-            out[name] = rng.standard_normal(shape) * scales.get(name, 1.0)
+            out[name] = rng.standard_normal(shape) * scales.get(name, 1.0) + offsets.get(name, 0.0)
         return out
     import torch
     gen = torch.Generator(device=device or "cpu")
     gen.manual_seed(seed)
     for name, shape in graph.inputs:
         x = torch.randn(shape, generator=gen, device=device or "cpu", dtype=torch.float32)
-        out[name] = (x * scales.get(name, 1.0)).to(dtype)
+        out[name] = (x * scales.get(name, 1.0) + offsets.get(name, 0.0)).to(dtype)
     return out
 
 

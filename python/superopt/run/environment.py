@@ -32,7 +32,7 @@ def environment_record(device: Any = None) -> dict:
     """
     import torch
 
-    from .. import __version__
+    from ..version import __version__
 
     rec: dict[str, Any] = {
         "superopt": __version__,

@@ -19,6 +19,7 @@ request                reply value
 :class:`Compare`       :class:`~superopt.run.records.Comparison`
 :class:`MeasureCeilings`  :class:`~superopt.run.records.Ceilings`
 :class:`Environment`   ``dict`` (:func:`superopt.run.environment.environment_record`)
+:class:`InputSets`     ``[(name, why), ...]``: the adversarial input sets it checks on
 :class:`Ping`          the worker's pid
 =====================  ============================================================
 
@@ -95,6 +96,8 @@ class Check:
     tolerance: float
     timing: TimingConfig | None = None
     time: bool = True
+    #: also check on the graph's adversarial input sets (:mod:`superopt.ir.numerics`)
+    adversarial: bool = True
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,11 @@ class MeasureCeilings:
 @dataclass(frozen=True)
 class Environment:
     """The worker's :func:`~superopt.run.environment.environment_record`."""
+
+
+@dataclass(frozen=True)
+class InputSets:
+    """Answered with the graph's adversarial input sets, ``[(name, why), ...]``."""
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from typing import Any, Sequence
 from ..dtypes import dtype_name, tolerance as default_tolerance
 from ..errors import NoCudaError
 from .process import WorkerCrashed, WorkerError, WorkerProcess, WorkerStartError, WorkerTimeout
-from .protocol import (Check, CheckOutcome, Compare, Environment, Failed, MeasureCeilings,
-                       Reply, RunPeer, Setup, module_name_for)
+from .protocol import (Check, CheckOutcome, Compare, Environment, Failed, InputSets,
+                       MeasureCeilings, Reply, RunPeer, Setup, module_name_for)
 from .records import (STATUSES, Candidate, CandidateResult, Ceilings, Comparison, PeerResult,
                       TimingConfig)
 
@@ -152,6 +152,19 @@ class Session:
         self.close()
 
     # ------------------------------------------------------------ work
+    def input_sets(self, timeout_s: float = 600.0) -> list[tuple[str, str]]:
+        """The adversarial input sets every candidate check also runs on, as the worker
+        found them for this graph and dtype: ``[(name, why), ...]``
+        (:func:`superopt.ir.numerics.adversarial_sets`; ``[]`` when none applies).
+
+        Raises:
+            WorkerError: the worker died or timed out while finding them.
+        """
+        value = self._call(InputSets(), timeout_s).value
+        if isinstance(value, Failed):
+            raise WorkerCrashed(f"finding the adversarial input sets failed: {value.error}")
+        return [tuple(x) for x in value]
+
     def check(self, candidate: Candidate, *, tolerance: float | None = None,
               timeout_s: float = 60.0, checks: int = 1, time_it: bool = True) -> CandidateResult:
         """Check (``checks`` fresh input sets) and time one candidate in the worker.

@@ -37,6 +37,8 @@ SENTINEL = -31232.0
 
 #: Seeds of the timing rotation sets (far from the check seeds the session hands out).
 ROTATION_SEED = 0x5EED0000
+#: The seed of the adversarial input draws (one per set, shared by every candidate).
+ADVERSARIAL_SEED = 0xAD5E7
 
 
 def _short(e: BaseException, limit: int = 600) -> str:
@@ -60,6 +62,8 @@ class Worker:
         self.graph: Any = None
         self.dtype_name: str | None = None
         self._rotation: tuple[list, list] | None = None
+        self._adversarial: list | None = None  # superopt.ir.numerics.InputSet, per Setup
+        self._adversarial_data: list | None = None  # (set, inputs, float64 reference)
         if self.device.type == "cuda" and cuda_init:
             if self.device.index is not None:  # set_device refuses a bare "cuda"
                 torch.cuda.set_device(self.device)
@@ -176,7 +180,21 @@ class Worker:
         self.graph = req.graph
         self.dtype_name = dtype_name(req.dtype)
         self._rotation = None
+        self._adversarial = self._adversarial_data = None
         return P.Reply(None)
+
+    def adversarial_sets(self) -> list:
+        """The graph's adversarial input sets for this dtype, found once per Setup on this
+        device in float64 (:func:`superopt.ir.numerics.adversarial_sets`)."""
+        if self._adversarial is None:
+            from ..ir.numerics import adversarial_sets
+
+            self._adversarial = adversarial_sets(self.graph, self.dtype_name,
+                                                 device=self.device)
+        return self._adversarial
+
+    def on_InputSets(self, req: P.InputSets) -> P.Reply:
+        return P.Reply([(s.name, s.why) for s in self.adversarial_sets()])
 
     def on_Compile(self, req: P.Compile) -> P.Reply:
         from ..lower.tl import import_module_file
@@ -259,6 +277,10 @@ class Worker:
                                       error=f"relative error {rel:.3g} > tolerance "
                                             f"{req.tolerance:g} (seed {seed})")
             del outs, ref, inputs, args
+        if req.adversarial:
+            bad = self._check_adversarial(launch, order, req, load_s)
+            if bad is not None:
+                return bad
         if not req.time:
             return P.CheckOutcome("ok", relerr=worst, load_s=load_s)
         try:
@@ -270,6 +292,41 @@ class Worker:
                                   error="timing: " + _short(e))
         return P.CheckOutcome("ok", worst, t.call_us, t.graph_us,
                               ("graph: " + t.graph_error) if t.graph_error else None, load_s)
+
+    def _check_adversarial(self, launch: Any, order: list, req: P.Check, load_s: float):
+        """``None`` if the candidate passes every adversarial input set, else the failing
+        outcome (``nan`` or ``wrong``) naming the set: a plan that is only right on kind
+        inputs is rejected whatever its speed."""
+        from ..ir.semantics import relative_error
+
+        torch = self.torch
+        if self._adversarial_data is None:  # one draw per set and Setup, shared by candidates
+            self._adversarial_data = []
+            for s in self.adversarial_sets():
+                inputs = s.draw(self.graph, ADVERSARIAL_SEED, dtype=self.tdtype,
+                                device=self.device)
+                self._adversarial_data.append((s, inputs, self._reference(inputs)))
+        for s, inputs, ref in self._adversarial_data:
+            outs = self._poisoned_outputs(math.nan)
+            where = f"adversarial inputs {s.name} ({s.why} in the literal graph)"
+            try:
+                launch(*outs, *[inputs[n] for n in order])
+                self._sync()
+            except Exception as e:  # noqa: BLE001
+                return P.CheckOutcome("launch_error", error=f"{where}: {_short(e)}",
+                                      load_s=load_s)
+            bad = sum(int((torch.isfinite(o) != torch.isfinite(r)).sum())
+                      for o, r in zip(outs, ref))
+            if bad:
+                return P.CheckOutcome("nan", load_s=load_s, error=f"{where}: {bad} output "
+                                      "element(s) NaN/Inf where the reference is finite (or "
+                                      "finite where it is not)")
+            rel = relative_error(tuple(outs), ref)
+            if not rel <= req.tolerance:
+                return P.CheckOutcome("wrong", relerr=rel, load_s=load_s,
+                                      error=f"{where}: relative error {rel:.3g} > tolerance "
+                                            f"{req.tolerance:g}")
+        return None
 
     def _describe_nonfinite(self, launch: Any, args: list, bad: int) -> str:
         """Tell unwritten elements from computed NaN/Inf with a second, finitely poisoned

@@ -1,0 +1,150 @@
+"""Adversarial inputs (``superopt.ir.numerics``) and the worker's check on them: an unstable
+plan that is right on N(0, 1) data is rejected, a stable one passes, peers are not held to
+them, and graphs with nothing to be unstable about get no adversarial set."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from superopt.dsl import DagBuilder
+from superopt.dtypes import dtype
+from superopt.ir.numerics import STEPS, adversarial_sets, node_peaks, realistic_set
+from superopt.ir.semantics import evaluate, random_inputs, relative_error
+from superopt.workloads import WORKLOADS
+
+
+def softmax_graph(m=4, d=64):
+    b = DagBuilder("softmax_rows", [("m", m), ("d", d)])
+    e = b.exp(b.input("S", ["m", "d"]))
+    b.output(b.div(e, b.red("sum", "d", e)))
+    return b.build()
+
+
+def layernorm_graph(m=4, d=64):
+    b = DagBuilder("ln", [("m", m), ("d", d)])
+    x = b.input("X", ["m", "d"])
+    xc = b.sub(x, b.mean("d", x))
+    b.output(b.mul(xc, b.rsqrt(b.add(b.mean("d", b.square(xc)), b.eps_const(1e-5)))))
+    return b.build()
+
+
+def test_softmax_gets_scaled_and_offset_sets_that_overflow_the_literal_exp():
+    g = softmax_graph()
+    sets = adversarial_sets(g, "float16")
+    assert [s.name.split()[0] for s in sets] == ["scaled", "offset"]
+    for s in sets:
+        x = s.draw(g, 7)
+        x16 = {k: v.astype(np.float16).astype(np.float64) for k, v in x.items()}
+        peaks = node_peaks(g, x16)
+        lit = max(p for n, (p, _) in peaks.items() if n not in g.outputs)
+        assert lit > 65504 and s.why.endswith("> 65504")
+        out = evaluate(g, x16)
+        assert np.isfinite(out).all() and np.abs(out).max() <= 1.0
+        # the smallest step: half of it would leave every intermediate in range
+        step = float(s.name.split()[1][1:])
+        assert step in STEPS
+
+
+def test_the_sets_catch_an_unstabilised_fp16_softmax_and_pass_a_stable_one():
+    g = softmax_graph()
+    tol = dtype("float16").tolerance
+
+    def unstable(s):  # exp stored in fp16, as a plan that materialises exp(S) would
+        e = np.exp(s).astype(np.float16).astype(np.float64)
+        return (e / e.sum(-1, keepdims=True)).astype(np.float16)
+
+    def stable(s):
+        e = np.exp(s - s.max(-1, keepdims=True)).astype(np.float16).astype(np.float64)
+        return (e / e.sum(-1, keepdims=True)).astype(np.float16)
+
+    real = {k: v.astype(np.float16) for k, v in realistic_set(g).draw(g, 3).items()}
+    ref = evaluate(g, real)
+    assert relative_error(unstable(real["S"].astype(np.float64)), ref) <= tol  # kind inputs
+    for s in adversarial_sets(g, "float16"):
+        x = {k: v.astype(np.float16) for k, v in s.draw(g, 3).items()}
+        ref = evaluate(g, x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            assert relative_error(unstable(x["S"].astype(np.float64)), ref) == math.inf
+        assert relative_error(stable(x["S"].astype(np.float64)), ref) <= tol
+
+
+def test_layernorm_gets_a_large_mean_and_matmul_gets_nothing():
+    names = [s.name for s in adversarial_sets(layernorm_graph(), "float16")]
+    assert any(n.startswith("offset +") for n in names)
+    assert adversarial_sets(WORKLOADS["matmul"].graph(m=8, d=16, n=8), "float16") == []
+    assert adversarial_sets(WORKLOADS["swiglu"].graph(m=8, n=8, d=16), "float16") == []
+
+
+def test_weights_keep_their_scale():
+    g = WORKLOADS["rmsnorm_mlp"].graph(m=4, n=8, d=64)
+    real = realistic_set(g).scales
+    for s in adversarial_sets(g, "float16"):
+        for name, sigma in s.scales.items():
+            if name.startswith("W"):
+                assert sigma == real[name] and name not in s.offsets
+
+
+def test_bf16_range_is_bf16s():
+    sets = adversarial_sets(softmax_graph(), "bfloat16")
+    assert sets and all("3.38953e+38" in s.why for s in sets)
+
+
+def test_node_peaks_match_evaluate():
+    g = WORKLOADS["attention"].graph(h=2, t_q=4, t_kv=8, d_h=8)
+    x = random_inputs(g, 1)
+    vals = evaluate(g, x, all_nodes=True)
+    for n, (peak, bad) in node_peaks(g, x).items():
+        assert bad == 0 and peak == pytest.approx(float(np.abs(vals[n]).max()))
+
+
+# -- the worker -----------------------------------------------------------------------------
+
+MODULE = """\
+import torch
+
+INPUTS = [("S", ({m}, {d}))]
+OUTPUT_SHAPE = ({m}, {d})
+DTYPE = "float16"
+
+
+def load(device):
+    def launch(out, S):
+{body}
+    return launch
+"""
+
+BODIES = {
+    "stable": "out.copy_(torch.softmax(S.float(), -1).half())",
+    # exp(S) stored in fp16 before the division: inf / inf on large logits
+    "unstable": "e = torch.exp(S.float()).half().float()\nout.copy_((e / e.sum(-1, keepdim=True))"
+                ".half())",
+}
+
+
+def _candidate(tmp_path: Path, name: str, m: int, d: int):
+    from superopt.run.records import Candidate
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(MODULE.format(m=m, d=d, body=textwrap.indent(BODIES[name], " " * 8)))
+    return Candidate(id=name, derivation_id=f"d-{name}", config={}, module_path=str(path),
+                     source_hash=f"h-{name}")
+
+
+def test_worker_rejects_the_unstable_plan_on_adversarial_inputs(tmp_path):
+    from superopt.run.session import Session
+    from superopt.run.timing import TimingConfig
+
+    g = softmax_graph(m=8, d=256)
+    with Session(g, dtype="float16", device="cpu",
+                 timing=TimingConfig(warmup=1, reps=3, replays=2)) as s:
+        sets = s.input_sets()
+        assert [n.split()[0] for n, _ in sets] == ["scaled", "offset"]
+        ok = s.check(_candidate(tmp_path, "stable", 8, 256), checks=2, time_it=False)
+        bad = s.check(_candidate(tmp_path, "unstable", 8, 256), checks=2, time_it=False)
+    assert ok.status == "ok", ok.error
+    assert bad.status == "nan" and "adversarial inputs scaled" in bad.error, bad.error
