@@ -20,10 +20,15 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
   headers, repeated or non-string keys, invalid UTF-8 and ext types are rejected;
 * **the enumerator** (`Superopt.Derive`): for each workload, Lean's `deriveAll` encoded as a
   `derivations` response equals `tests/golden/<workload>.derivations.msgpack` byte for byte
-  (Python's `derive_all(..., lowerable_only=False)`), every derivation replays (each step
-  checked) to the plan it was derived with, the step checker (`Superopt.Verify.verify`) accepts
-  every derivation of every registered graph with the same plan, and a few rule sites, the
-  canonical renumbering, the certificates and the bits of `log2e` are checked.
+  (Python's `derive_all`), every derivation replays (each step checked) to the plan it was
+  derived with, the step checker (`Superopt.Verify.verify`) accepts every derivation of every
+  registered graph with the same plan, and a few rule sites, the canonical renumbering, the
+  certificates and the bits of `log2e` are checked;
+* **graphs beyond the golden derivation files** (`llama3_attention`, `residual_rmsnorm`, and
+  test graphs mirroring `examples/models/` that exercise `distribute_*`, `commute_row_scale`,
+  `move_contracted_scale` and `fuse_gemm_chain`): the graph bytes and the derivations match
+  Python's by fingerprint (`modelFingerprints`, printed by `LeanTests/fingerprints.py`), and the
+  step checker accepts every derivation.
 
 Importing `LeanTests.RulesTest` makes `lake test` also build the kernel and `#eval` checks of
 the law model and the rules (a failing one fails the build of the test driver).
@@ -178,6 +183,23 @@ def firstDifference (ds : List Derivation) (golden : ByteArray) : String :=
     | none => s!"lean has {ds.length} derivation(s), python {gs.length}"
   | _ => "the golden file is not a derivations response"
 
+/-- The step checker accepts every derivation of `g`, and its verified plan is the plan the
+derivation was enumerated with. -/
+def checkVerified (name : String) (g : Graph) : TestM Unit := do
+  let derived := Derive.deriveAllPlans g
+  let mut bad : Option String := none
+  for (d, plan) in derived do
+    if bad.isNone then
+      match Verify.verify g d.steps with
+      | some q =>
+        if !(q.1.canonical == plan.canonical) then
+          bad := some s!"{d.id}: the verified plan is another plan"
+      | none => bad := some s!"{d.id} fails the step checker"
+  check s!"step checker {name}" bad.isNone (bad.getD "")
+  check s!"deriveAll keeps every derivation {name}"
+    ((Derive.deriveAll g).size == derived.size)
+    s!"{(Derive.deriveAll g).size} of {derived.size}"
+
 /-- The derivations of workload `name`: their number, the golden bytes of the `derivations`
 response, and a checked replay of each to the plan it was derived with. -/
 def checkDerivations (dir : System.FilePath) (name : String) (g : Graph) (count : Nat) :
@@ -203,28 +225,106 @@ def checkDerivations (dir : System.FilePath) (name : String) (g : Graph) (count 
   check s!"replay {name}" bad.isNone (bad.getD "")
   checkVerified name g
 
-/-- The step checker accepts every derivation of `g`, and its verified plan is the plan the
-derivation was enumerated with. -/
-def checkVerified (name : String) (g : Graph) : TestM Unit := do
-  let derived := Derive.deriveAllPlans g
-  let mut bad : Option String := none
-  for (d, plan) in derived do
-    if bad.isNone then
-      match Verify.verify g d.steps with
-      | some q =>
-        if !(q.1.canonical == plan.canonical) then
-          bad := some s!"{d.id}: the verified plan is another plan"
-      | none => bad := some s!"{d.id} fails the step checker"
-  check s!"step checker {name}" bad.isNone (bad.getD "")
-  check s!"deriveAll keeps every derivation {name}"
-    ((Derive.deriveAll g).size == derived.size)
-    s!"{(Derive.deriveAll g).size} of {derived.size}"
+/-! ## Graphs beyond the golden derivation files -/
+
+/-- A 64-bit hash of `bytes`, `h ↦ (h + b + 1) · 0x100000001B3` from `0xCBF29CE484222325`
+(Python: `LeanTests/fingerprints.py`, `byte_hash`). -/
+def byteHash (bytes : ByteArray) : UInt64 :=
+  bytes.data.foldl (fun h b => (h + UInt64.ofNat b.toNat + 1) * 0x100000001B3)
+    0xCBF29CE484222325
+
+/-- `examples/models/gelu_mlp_chain.py` at its default case: two GEMMs through a GELU
+(`fuse_gemm_chain`). -/
+def geluMlpChainGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "gelu_mlp_chain" [("t", 8192), ("d", 1024), ("f", 256), ("o", 1024)] do
+    let x ← Dsl.input "X" ["t", "d"]
+    let w1 ← Dsl.input "W_1" ["d", "f"]
+    let w2 ← Dsl.input "W_2" ["f", "o"]
+    let h ← Dsl.matmul x w1 "d" "d"
+    let a ← Dsl.gelu h
+    Dsl.matmul a w2 "f" "f"
+
+/-- `examples/models/llama3_mlp.py` at its default case: SwiGLU then the down projection
+(`fuse_gemm_chain`, `share_operand_load`). -/
+def llama3MlpGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "llama3_mlp" [("t", 4096), ("d", 4096), ("f", 14336), ("o", 4096)] do
+    let x ← Dsl.input "X" ["t", "d"]
+    let wg ← Dsl.input "W_gate" ["d", "f"]
+    let wu ← Dsl.input "W_up" ["d", "f"]
+    let wd ← Dsl.input "W_down" ["f", "o"]
+    let gate ← Dsl.matmul x wg "d" "d"
+    let act ← Dsl.silu gate
+    let up ← Dsl.matmul x wu "d" "d"
+    let h ← Dsl.mul act up
+    Dsl.matmul h wd "f" "f"
+
+/-- `examples/models/llama3_rmsnorm_qkv.py` at its default case: RMSNorm with its gain, then
+the QKV projection (`commute_row_scale`, `move_contracted_scale`). -/
+def llama3RmsnormQkvGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "llama3_rmsnorm_qkv" [("t", 4096), ("d", 4096), ("n", 6144)] do
+    let x ← Dsl.input "X" ["t", "d"]
+    let gamma ← Dsl.input "gamma" ["d"]
+    let w ← Dsl.input "W_qkv" ["d", "n"]
+    let y ← Dsl.rmsNormSubdag x "d" rmsEps
+    let z ← Dsl.mul y gamma
+    Dsl.matmul z w "d" "d"
+
+/-- `(X − mean_d X + b) @ W` at t=64 d=32 f=16 (Python: `centred_bias_matmul` of
+`LeanTests/fingerprints.py`): `distribute_bias`, then `distribute_matmul`. -/
+def centredBiasMatmulGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "centred_bias_matmul" [("t", 64), ("d", 32), ("f", 16)] do
+    let x ← Dsl.input "X" ["t", "d"]
+    let bias ← Dsl.input "b" ["d"]
+    let w ← Dsl.input "W" ["d", "f"]
+    let mu ← Dsl.mean "d" x
+    let xc ← Dsl.sub x mu
+    let y ← Dsl.add xc bias
+    Dsl.matmul y w "d" "d"
+
+/-- A registered graph at its reference case, or one of the test graphs above. -/
+def testGraph? (name : String) : Option (Except GraphError Graph) :=
+  match workloadByName? name with
+  | some w => some (w.graphWithCase [])
+  | none =>
+    if name == "gelu_mlp_chain" then some geluMlpChainGraph
+    else if name == "llama3_mlp" then some llama3MlpGraph
+    else if name == "llama3_rmsnorm_qkv" then some llama3RmsnormQkvGraph
+    else if name == "centred_bias_matmul" then some centredBiasMatmulGraph
+    else none
+
+/-- Python's fingerprints of the graphs beyond the golden derivation files, printed by
+`PYTHONPATH=python python3 LeanTests/fingerprints.py`: name, the graph's wire bytes (length,
+`byteHash`), its derivations (count, the `derivations` response's length and `byteHash`). -/
+def modelFingerprints : List (String × Nat × UInt64 × Nat × Nat × UInt64) := [
+  ("llama3_attention", 465, 0x0EC37F557C31EF9E, 1676, 1345182, 0x79F91F3D83A4CB4C),
+  ("residual_rmsnorm", 320, 0x7E5B503FE14314AE, 56, 25174, 0xCB6A0E56F17BC45F),
+  ("gelu_mlp_chain", 249, 0x3D86663730265F85, 4, 1266, 0x5CBC98D2D64B577E),
+  ("llama3_mlp", 330, 0x8120EF57718F4894, 14, 6234, 0x1B9047689EF6AF93),
+  ("llama3_rmsnorm_qkv", 352, 0xB3A63BED1F0129AA, 298, 171499, 0xF418567C0F5C35DD),
+  ("centred_bias_matmul", 275, 0x5F4B50EBDF51B8B7, 36, 20858, 0x1280D600487632A6)]
+
+/-- Each graph of `modelFingerprints`: Lean builds the same graph bytes and enumerates the same
+derivations as Python (by fingerprint), and the step checker accepts every derivation. -/
+def checkFingerprints : TestM Unit := do
+  for (name, gLen, gHash, count, dLen, dHash) in modelFingerprints do
+    match testGraph? name with
+    | some (.ok g) =>
+      let gb := g.encode
+      check s!"graph fingerprint {name}" (gb.size == gLen && byteHash gb == gHash)
+        s!"{gb.size} bytes, hash {byteHash gb}"
+      let ds := (Derive.deriveAllPlans g).toList.map (·.1)
+      let db := (Derive.derivationsResponse ds).encode
+      check s!"derivation fingerprint {name}"
+        (ds.length == count && db.size == dLen && byteHash db == dHash)
+        s!"{ds.length} derivations, {db.size} bytes, hash {byteHash db}"
+      checkVerified name g
+    | _ => check s!"graph {name}" false
 
 /-- The enumerator: golden derivations of the five workloads, and unit checks. -/
 def runDerive (dir : System.FilePath) : TestM Unit := do
   check "log2e bits" (Derive.log2e.toBits == 0x3FF71547652B82FE) (toString Derive.log2e.toBits)
   let counts : List (String × Nat) :=
-    [("attention", 128), ("swiglu", 5), ("matmul", 1), ("rmsnorm", 124), ("rmsnorm_mlp", 835)]
+    [("attention", 296), ("swiglu", 7), ("matmul", 1), ("rmsnorm", 104), ("rmsnorm_mlp", 984)]
   for (name, count) in counts do
     match (workloadByName? name).map (·.graphWithCase []) with
     | some (.ok g) =>
@@ -233,12 +333,9 @@ def runDerive (dir : System.FilePath) : TestM Unit := do
         (Msgpack.bytesEq (Derive.deadCodeEliminate g).encode g.encode)
       checkDerivations dir name g count
     | _ => check s!"workload {name}" false
-  -- the new graphs: every derivation passes the step checker (no golden derivations yet; the
-  -- literal llama3_attention graph is not in canonical order: its band mask comes after S)
-  for name in ["llama3_attention", "residual_rmsnorm"] do
-    match (workloadByName? name).map (·.graphWithCase []) with
-    | some (.ok g) => checkVerified name g
-    | _ => check s!"workload {name}" false
+  -- the other registered graphs and the test graphs: Python's fingerprints, the step checker
+  -- (the literal llama3_attention graph is not in canonical order: its band mask comes after S)
+  checkFingerprints
   match (attentionGraph : Except GraphError Graph) with
   | .ok g =>
     let p := initialPlan g
@@ -250,6 +347,12 @@ def runDerive (dir : System.FilePath) : TestM Unit := do
     check "attention factor sites" (Derive.factorSites p == sites [[.node 7, .node 0]])
     check "attention prologue sites" (Derive.fusePrologueSites p == sites [[.node 3, .node 4]])
     check "attention epilogue sites" (Derive.fuseEpilogueSites p == sites [[.node 0, .node 1]])
+    check "attention fuse_rows sites"
+      (Derive.fuseRowsSites p == sites [[.node 1, .node 2], [.node 2, .node 3]])
+    check "attention model-rule sites" ((Derive.distributeSites p).isEmpty &&
+      (Derive.distributeBiasSites p).isEmpty && (Derive.commuteSites p).isEmpty &&
+      (Derive.moveScaleSites p).isEmpty && (Derive.fuseElementwiseSites p).isEmpty &&
+      (Derive.fuseGemmChainSites p).isEmpty)
     check "attention stream sites"
       (Derive.streamSites p == sites [[.node 0], [.node 2], [.node 4]])
     check "attention share and split sites"
@@ -346,7 +449,10 @@ def runAll (dir : System.FilePath) : TestM Unit := do
     | some r =>
       check "results round trip" (Msgpack.bytesEq r.toMsg.encode golden)
       check "results fields" (r.workload == "matmul" && r.candidates.length == 3 &&
-        r.peers.length == 2 && r.top1 == some "d0/c0")
+        r.peers.length == 3 && r.top1 == some "d0/c0")
+      check "results absent peer" ((r.peers.map (·.status)).getLast? == some "absent")
+      check "results certificate" (r.certificate == ["Superopt.tile_parallel_sound",
+        "Superopt.stream_reduction_sound", "Superopt.derive_sound"])
       check "results NaN relerr" (thirdRelerrIsNaN r)
     | none => check "results decode" false
   -- golden responses

@@ -24,7 +24,7 @@ otherwise).
 
 ## Implementation notes
 
-Mirrors `python/superopt/derive.py` function for function. The BFS is bounded by fuel (the plan
+Mirrors `python/superopt/derive/enumerator.py` function for function. The BFS is bounded by fuel (the plan
 bound).
 -/
 
@@ -42,8 +42,9 @@ def defaultMaxPlans : Nat := 20000
 
 /-- Every distinct plan reachable within `maxDepth` search-rule steps, in BFS order, each with
 the first (shortest) path that reached it: for each plan in discovery order, for each rule of
-`searchRules`, for each site in order, keep the new plan unless its canonical form was seen;
-stop once `maxPlans` plans are found (Python: `explore`). -/
+`searchRules` (only the algebraic ones after an enabling step, `endsEnabling`), for each site
+in order, keep the new plan unless its canonical form was seen; stop once `maxPlans` plans are
+found (Python: `_explore`). -/
 def explore (g : Graph) (maxDepth : Nat := defaultMaxDepth) (maxPlans : Nat := defaultMaxPlans) :
     Array (Plan × Array Step) := Id.run do
   let start := initialPlan g
@@ -58,7 +59,10 @@ def explore (g : Graph) (maxDepth : Nat := defaultMaxDepth) (maxPlans : Nat := d
     | some (plan, steps) =>
       head := head + 1
       if steps.size ≥ maxDepth then continue
+      -- an enabling rewrite is followed only by the (algebraic) rewrite it enables
+      let enabled := endsEnabling steps
       for rule in searchRules do
+        if enabled && !rule.algebraic then continue
         for site in rule.sites plan do
           match rule.applyFn plan site with
           | none => pure ()
@@ -86,12 +90,15 @@ def complete (plan : Plan) : Plan × Array Step := Id.run do
   return (p, steps)
 
 /-- The derivations of `g` and the plans they produce: every distinct completed plan, in
-discovery order, numbered `d0, d1, …` (Python: `derive_all(..., lowerable_only=False)`). -/
+discovery order, numbered `d0, d1, …`; a plan whose last step is enabling is skipped (Python:
+`enumerate_derivations`). -/
 def deriveAllPlans (g : Graph) (maxDepth : Nat := defaultMaxDepth)
     (maxPlans : Nat := defaultMaxPlans) : Array (Derivation × Plan) := Id.run do
   let mut seen : KeySet := KeySet.empty
   let mut out : Array (Derivation × Plan) := #[]
   for (plan, steps) in explore g maxDepth maxPlans do
+    -- a plan ending in an enabling step is no candidate: only the rewrite it enables is
+    if endsEnabling steps then continue
     let (completed, tail) := complete plan
     let key := completed.canonical
     if seen.contains key then continue

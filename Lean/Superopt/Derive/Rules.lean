@@ -4,7 +4,7 @@ import Superopt.Wire.Messages
 /-!
 # The rewrite rules: sites and applications
 
-The ten rules of the derivation engine as executable code: where each applies on a plan and
+The seventeen rules of the derivation engine as executable code: where each applies on a plan and
 what it rewrites the plan into (the proofs are in `Superopt.Proofs`, the search in
 `Superopt.Derive.Enumerator`).
 
@@ -13,7 +13,7 @@ what it rewrites the plan into (the proofs are in `Superopt.Proofs`, the search 
 * `Superopt.Derive.rewriteGraph`, `Superopt.Derive.deadCodeEliminate`: graph rewriting with the
   canonical renumbering (inputs first, then the post-order of a depth-first walk from the output
   visiting arguments left to right).
-* `Superopt.Derive.Rule` and the ten rules (`stabilizeSoftmax` … `streamReduction`), each with
+* `Superopt.Derive.Rule` and the seventeen rules (`stabilizeSoftmax` … `streamReduction`), each with
   `sites : Plan → Array Site` (in Python's order) and `applyFn : Plan → Site → Option Plan`;
   `Rule.apply` checks the site first (Python: `Rule.apply`).
 * `Superopt.Derive.rules` (Python's `RULES` order), `Superopt.Derive.searchRules`
@@ -21,8 +21,9 @@ what it rewrites the plan into (the proofs are in `Superopt.Proofs`, the search 
 
 ## Implementation notes
 
-Mirrors `python/superopt/rules.py` function for function (`_stabilize_sites` ↔
-`stabilizeSites`, …). Python sets become sorted, duplicate-free lists (`sortNats`); Python's
+Mirrors `python/superopt/derive/{algebra,fusion,online,schedule,rewrite,rules}.py` function for
+function (`stabilize_softmax_sites` ↔ `stabilizeSites`, `offset_parts` ↔ `offsetParts`,
+`_row_fusion_axis` ↔ `rowFusionAxis`, …). Python sets become sorted, duplicate-free lists (`sortNats`); Python's
 depth-first searches over arguments become one pass over the node ids from the highest down
 (arguments name earlier nodes), which reaches the same nodes. Sites are `List SiteElem`
 (Wire's type): kernel indices and node ids are `.node i`, axes `.axis a`. The canonical DFS
@@ -286,6 +287,228 @@ def exp2Rewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
 def exp2Apply (p : Plan) (site : Site) : Option Plan :=
   (exp2Rewrite p site).map (fun r => initialPlan r.1)
 
+/-- Whether every element of `xs` is in `ys` and some element of `ys` is not in `xs` (Python:
+`set(xs) < set(ys)`). -/
+def strictSubset (xs ys : List Axis) : Bool :=
+  xs.all (fun a => ys.contains a) && ys.any (fun a => !xs.contains a)
+
+/-- If node `y` is `X + v`, `v + X` or `X − v` with `v` broadcast over `X` (its axes a strict
+subset of `X`'s), `X` carrying `contracted`, and `X` keeping what `y` keeps of its axes but
+`contracted`, the op, `X` and `v`; `v` may carry `contracted` (a bias) or not (a per-row offset)
+(Python: `offset_parts`). -/
+def offsetParts (p : Plan) (y : NodeId) (contracted : Axis) :
+    Option (BinOp × NodeId × NodeId) :=
+  let kept (axes : List Axis) : List Axis := axes.filter (fun a => a != contracted)
+  let check (op : BinOp) (x v : NodeId) : Option (BinOp × NodeId × NodeId) :=
+    let xa := p.axesOf x
+    if xa.contains contracted && strictSubset (p.axesOf v) xa && kept xa == kept (p.axesOf y) then
+      some (op, x, v)
+    else none
+  match p.node y with
+  | .binary op a b =>
+    if op == BinOp.add then
+      match check op a b with
+      | some r => some r
+      | none => check op b a
+    else if op == BinOp.sub then check op a b
+    else none
+  | _ => none
+
+/-- Whether operand `y` (contracting `ax`) is an offset operand, and then whether its offset
+carries `ax` (a bias). -/
+def offsetAlong? (p : Plan) (y : NodeId) (ax : Axis) : Option Bool :=
+  (offsetParts p y ax).map fun r => (p.axesOf r.2.2).contains ax
+
+/-- Sites `[O, i]` of the matmul operands `X ± v` whose offset `v` carries (`along`) or lacks
+the contracted axis; on an unscheduled plan only (Python: `_offset_sites`). -/
+def offsetSites (along : Bool) (p : Plan) : Array Site := Id.run do
+  if !p.isUnscheduled then return #[]
+  let mut out : Array Site := #[]
+  for i in [0:p.graph.nodes.size] do
+    match p.node i with
+    | .matmul a b axisA axisB =>
+      if offsetAlong? p a axisA == some along then
+        out := out.push [siteN i, siteN 0]
+      if offsetAlong? p b axisB == some along then
+        out := out.push [siteN i, siteN 1]
+    | _ => pure ()
+  return out
+
+/-- Sites of `distribute_matmul`: `[O, i]` for operand `i` of matmul `O` offset by a row vector
+free of the contracted axis. -/
+def distributeSites (p : Plan) : Array Site := offsetSites false p
+
+/-- Sites of `distribute_bias`: `[O, i]` for operand `i` of matmul `O` offset by a bias along
+the contracted axis. -/
+def distributeBiasSites (p : Plan) : Array Site := offsetSites true p
+
+/-- `(X ± v) @ W → X @ W ± T` at site `[O, i]`: `T = v · Σ_k W` (`Σ_k A · v` for the second
+operand) when `v` lacks the contracted axis `k`, `T = v @ W` when it carries it (Python:
+`distribute_matmul`, both rules); the new graph and its witness. -/
+def distributeRewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
+  match site with
+  | [e0, e1] => do
+    let o ← siteNat? e0
+    let idx ← siteNat? e1
+    match p.node o with
+    | .matmul a b axisA axisB =>
+      if idx > 1 then none
+      else
+        let arg := if idx == 0 then a else b
+        let ax := if idx == 0 then axisA else axisB
+        let other := if idx == 0 then b else a
+        let otherAx := if idx == 0 then axisB else axisA
+        match offsetParts p arg ax with
+        | some (op, x, v) =>
+          let along := (p.axesOf v).contains ax
+          some (rewriteGraphW p.graph o fun em =>
+            let a' := if idx == 0 then em.old x else em.old a
+            let b' := if idx == 0 then em.old b else em.old x
+            let (em, mm) := em.add (Node.matmul a' b' axisA axisB)
+            let (em, t) :=
+              if along then
+                let ta := if idx == 0 then em.old v else em.old a
+                let tb := if idx == 0 then em.old b else em.old v
+                em.add (Node.matmul ta tb axisA axisB)
+              else
+                let (em, s) := em.add (Node.reduce RedFn.sum otherAx (em.old other))
+                em.add (if idx == 0 then Node.binary BinOp.mul (em.old v) s
+                  else Node.binary BinOp.mul s (em.old v))
+            em.add (Node.binary op mm t))
+        | none => none
+    | _ => none
+  | _ => none
+
+/-- `distribute_matmul` / `distribute_bias` at site `[O, i]` (the plan of
+`distributeRewrite`'s graph). -/
+def distributeApply (p : Plan) (site : Site) : Option Plan :=
+  (distributeRewrite p site).map (fun r => initialPlan r.1)
+
+/-- If operand `y` (contracting `contracted`) is `(X ⋆ s) · c` or `c · (X ⋆ s)` (`⋆` is `·` or
+`/`) with `X ⋆ s` a row-scaled tensor (`rowScaleParts`) whose `X` has its axes in order and `c`
+along `contracted`: the op `⋆`, `X`, `s`, `c` and whether `X ⋆ s` is the first factor (Python:
+`commute_parts`). -/
+def commuteParts (p : Plan) (y : NodeId) (contracted : Axis) :
+    Option (BinOp × NodeId × NodeId × NodeId × Bool) :=
+  let attempt (u c : NodeId) (first : Bool) : Option (BinOp × NodeId × NodeId × NodeId × Bool) :=
+    if !(p.axesOf c).contains contracted then none
+    else
+      match rowScaleParts p u contracted with
+      | some (op, x, s) =>
+        if p.axesOf x == p.axesOf u then some (op, x, s, c, first) else none
+      | none => none
+  match p.node y with
+  | .binary .mul a0 a1 =>
+    match attempt a0 a1 true with
+    | some r => some r
+    | none => attempt a1 a0 false
+  | _ => none
+
+/-- Sites of `commute_row_scale`: `[O, i]` for operand `i` of matmul `O` of the form
+`(X ⋆ s) · c`; on an unscheduled plan only. -/
+def commuteSites (p : Plan) : Array Site := Id.run do
+  if !p.isUnscheduled then return #[]
+  let mut out : Array Site := #[]
+  for i in [0:p.graph.nodes.size] do
+    match p.node i with
+    | .matmul a b axisA axisB =>
+      if (commuteParts p a axisA).isSome then
+        out := out.push [siteN i, siteN 0]
+      if (commuteParts p b axisB).isSome then
+        out := out.push [siteN i, siteN 1]
+    | _ => pure ()
+  return out
+
+/-- `(X ⋆ s) · c → (X · c) ⋆ s` at the operand of site `[O, i]`: the new graph and its
+witness. -/
+def commuteRewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
+  match site with
+  | [e0, e1] => do
+    let o ← siteNat? e0
+    let idx ← siteNat? e1
+    match p.node o with
+    | .matmul a b axisA axisB =>
+      if idx > 1 then none
+      else
+        let arg := if idx == 0 then a else b
+        let ax := if idx == 0 then axisA else axisB
+        match commuteParts p arg ax with
+        | some (op, x, s, c, first) =>
+          some (rewriteGraphW p.graph o fun em =>
+            let (em, xc) := em.add (if first then Node.binary BinOp.mul (em.old x) (em.old c)
+              else Node.binary BinOp.mul (em.old c) (em.old x))
+            let (em, y) := em.add (Node.binary op xc (em.old s))
+            let a' := if idx == 0 then y else em.old a
+            let b' := if idx == 0 then em.old b else y
+            em.add (Node.matmul a' b' axisA axisB))
+        | none => none
+    | _ => none
+  | _ => none
+
+/-- `commute_row_scale` at site `[O, i]` (the plan of `commuteRewrite`'s graph). -/
+def commuteApply (p : Plan) (site : Site) : Option Plan :=
+  (commuteRewrite p site).map (fun r => initialPlan r.1)
+
+/-- If operand `idx` of matmul `o` is `u · c` or `c · u` with `c` along the contracted axis
+(the same name on both sides), every axis of `c` an axis of the other operand, that other
+operand an input (a weight) and `u` computed with the operand's axes: `u` and `c` (Python:
+`contracted_scale_parts`). -/
+def contractedScaleParts (p : Plan) (o idx : Nat) : Option (NodeId × NodeId) :=
+  match p.node o with
+  | .matmul a b axisA axisB =>
+    let y := if idx == 0 then a else b
+    let other := if idx == 0 then b else a
+    if idx > 1 || axisA != axisB || !(p.node other).isInput then none
+    else
+      let ok (u c : NodeId) : Bool :=
+        (p.axesOf c).contains axisA && !(p.node u).isInput && p.axesOf u == p.axesOf y &&
+          (p.axesOf c).all (fun x => (p.axesOf other).contains x)
+      match p.node y with
+      | .binary .mul a0 a1 =>
+        if ok a0 a1 then some (a0, a1) else if ok a1 a0 then some (a1, a0) else none
+      | _ => none
+  | _ => none
+
+/-- Sites of `move_contracted_scale`: `[O, i]` for operand `i` of matmul `O` scaled along the
+contracted axis against a weight; on an unscheduled plan only. -/
+def moveScaleSites (p : Plan) : Array Site := Id.run do
+  if !p.isUnscheduled then return #[]
+  let mut out : Array Site := #[]
+  for i in [0:p.graph.nodes.size] do
+    match p.node i with
+    | .matmul _ _ _ _ =>
+      if (contractedScaleParts p i 0).isSome then
+        out := out.push [siteN i, siteN 0]
+      if (contractedScaleParts p i 1).isSome then
+        out := out.push [siteN i, siteN 1]
+    | _ => pure ()
+  return out
+
+/-- `(u · c) @ W → u @ (W · c)` at site `[O, i]` (the scale onto the weight): the new graph and
+its witness. -/
+def moveScaleRewrite (p : Plan) (site : Site) : Option (Graph × RewriteWitness) :=
+  match site with
+  | [e0, e1] => do
+    let o ← siteNat? e0
+    let idx ← siteNat? e1
+    match p.node o with
+    | .matmul a b axisA axisB =>
+      let other := if idx == 0 then b else a
+      match contractedScaleParts p o idx with
+      | some (u, c) =>
+        some (rewriteGraphW p.graph o fun em =>
+          let (em, wc) := em.add (Node.binary BinOp.mul (em.old other) (em.old c))
+          let a' := if idx == 0 then em.old u else wc
+          let b' := if idx == 0 then wc else em.old u
+          em.add (Node.matmul a' b' axisA axisB))
+      | none => none
+    | _ => none
+  | _ => none
+
+/-- `move_contracted_scale` at site `[O, i]` (the plan of `moveScaleRewrite`'s graph). -/
+def moveScaleApply (p : Plan) (site : Site) : Option Plan :=
+  (moveScaleRewrite p site).map (fun r => initialPlan r.1)
+
 /-! ## Schedule rules -/
 
 /-- Kernel `keep` absorbs kernels `others` (their nodes and shared anchors, plus
@@ -361,9 +584,9 @@ def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
   else if !readersBetween p pk c then some c
   else none
 
-/-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` over
-the same domain, its reads being `p`'s fragments (outside `p`'s streamed loop) and row
-vectors. -/
+/-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` (not
+elementwise only) over the same domain, its reads being `p`'s fragments (outside `p`'s
+streamed loop) and row vectors. -/
 def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for c in [0:p.kernels.size] do
@@ -374,7 +597,8 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
     let producers := sortNats (ext.toList.filterMap fun a => p.owner a)
     for pk in producers do
       let kp := p.kernel pk
-      if p.domain pk != dom then continue
+      -- elementwise into elementwise is `fuse_elementwise` (the whole region at once)
+      if p.domain pk != dom || elementwiseOnly p pk then continue
       let mut ok := true
       for a in ext do
         let fromP : Bool := p.owner a == some pk
@@ -488,9 +712,42 @@ def shareApply (p : Plan) (site : Site) : Option Plan :=
     some (merge p k1 [k2] (extraShared := anchors p k1 ++ anchors p k2))
   | _ => none
 
-/-- Match `O = E @_a V` over `E = exp(S − M)` or `exp2((S − M)·c)` with `M = max_a S`,
-`S` a matmul keeping `a`, and one `Z = Σ_a E`; the node set `{S, M, Z, O, chain}`, ascending,
-when every intermediate is private to the softmax (Python: `_online_parts`). -/
+/-- The elementwise nodes that compute the scores `x` from one matmul `S` (included), for the
+streamed axis `a`: `S`, a scale `S·c`, a mask `select(band, S·c, −∞)`, a softcap, ...; every
+other node on the way is an inline leaf (`size`, `eps`, `const`, `band`). `S` must keep `a`
+and contract another axis. The chain ascending, or `none` (Python: `score_chain`; its
+depth-first walk becomes one pass from the highest id down: arguments name earlier nodes). -/
+def scoreChain (p : Plan) (x : NodeId) (a : Axis) : Option (List NodeId) := Id.run do
+  let total := p.graph.nodes.size
+  let mut reached : Array Bool := arrayOf total false
+  if decide (x < total) then
+    reached := reached.set! x true
+  for j in [0:total] do
+    let i := total - 1 - j
+    if reached.getD i false && (p.node i).isElementwise then
+      for b in (p.node i).args do
+        if decide (b < total) then
+          reached := reached.set! b true
+  let mut chain : List NodeId := []
+  let mut matmuls : Nat := 0
+  for i in [0:total] do
+    if reached.getD i false then
+      match p.node i with
+      | .matmul _ _ axisA _ =>
+        if !(p.axesOf i).contains a || axisA == a then return none
+        matmuls := matmuls + 1
+        chain := chain ++ [i]
+      | node =>
+        if node.isElementwise then
+          chain := chain ++ [i]
+        else if !node.isScalarLeaf then
+          return none
+  if matmuls == 1 then return some chain else return none
+
+/-- Match `O = E @_a V` over `E = exp(X − M)` or `exp2((X − M)·c)` with `M = max_a X`, the
+scores `X` a `scoreChain` of one matmul, and one `Z = Σ_a E`; the node set (the chain, `M`,
+`Z`, `O` and the numerator's nodes), ascending, when every intermediate is private to the
+softmax (Python: `online_parts`). -/
 def onlineParts (p : Plan) (o : NodeId) : Option (List NodeId) :=
   match p.node o with
   | .matmul e _ a axisB =>
@@ -515,23 +772,23 @@ def onlineParts (p : Plan) (o : NodeId) : Option (List NodeId) :=
             let mOk : Bool := match p.node m with
               | .reduce .max ax y => ax == a && y == s
               | _ => false
-            let sOk : Bool := match p.node s with
-              | .matmul _ _ sAxisA _ => (p.axesOf s).contains a && sAxisA != a
-              | _ => false
-            if !mOk || !sOk then none
+            if !mOk then none
             else
-              let zs := (p.consumers e).filter fun c =>
-                match p.node c with
-                | .reduce .sum ax _ => ax == a
-                | _ => false
-              match zs with
-              | [z] =>
-                let nodes := sortNats ([s, m, z, o] ++ chain ++ [x])
-                let inner := nodes.filter fun i => i != o && i != z
-                if inner.any (fun i => (p.consumers i).any (fun c => !nodes.contains c)) then
-                  none
-                else some nodes
-              | _ => none
+              match scoreChain p s a with
+              | none => none
+              | some scores =>
+                let zs := (p.consumers e).filter fun c =>
+                  match p.node c with
+                  | .reduce .sum ax _ => ax == a
+                  | _ => false
+                match zs with
+                | [z] =>
+                  let nodes := sortNats ([m, z, o] ++ chain ++ [x] ++ scores)
+                  let inner := nodes.filter fun i => i != o && i != z
+                  if inner.any (fun i => (p.consumers i).any (fun c => !nodes.contains c)) then
+                    none
+                  else some nodes
+                | _ => none
           | _ => none
       | _ => none
   | _ => none
@@ -594,13 +851,20 @@ def splitParts (p : Plan) (k : Nat) (n : NodeId) : Option (List NodeId) := Id.ru
   if rest.any (fun r => (p.node r).args.any (fun a => ancestors.getD a false)) then return none
   return some ((List.range total).filter fun i => moved.getD i false)
 
-/-- Sites of `split_kernel`: `[k, n]` for a per-row reduction `n` of a kernel `k` that is not
-online (its axes a strict prefix of the domain) that can move out. -/
+/-- Whether kernel `k` streams an axis of its own domain: per row, its reductions over that
+axis, then its outputs over the row (rule `fuse_rows`; Python: `is_row_fused`). -/
+def isRowFused (p : Plan) (k : Nat) : Bool :=
+  match (p.kernel k).stream with
+  | some a => (p.domain k).contains a
+  | none => false
+
+/-- Sites of `split_kernel`: `[k, n]` for a per-row reduction `n` of a kernel `k` that is
+neither online nor row-fused (its axes a strict prefix of the domain) that can move out. -/
 def splitSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for k in [0:p.kernels.size] do
     let kern := p.kernel k
-    if kern.online then continue
+    if kern.online || isRowFused p k then continue
     let dom := p.domain k
     for n in kern.nodes do
       match p.node n with
@@ -632,9 +896,184 @@ def splitApply (p : Plan) (site : Site) : Option Plan :=
     return { p with kernels := ks }
   | _ => none
 
-/-- The axes `tile_parallel` may tile: the last two of the kernel's domain. -/
-def tileableAxes (p : Plan) (k : Nat) : List Axis :=
+/-- The one axis every reduction among `nodes` reduces, if it is in `dom`, every reduction gives a
+row of `dom` without it, no node is a matmul and every node's axes lie in `dom`; `none` otherwise
+(Python: `_row_fusion_axis`). -/
+def rowFusionAxis (p : Plan) (nodes : List NodeId) (dom : List Axis) : Option Axis := Id.run do
+  let mut axes : List Axis := []
+  for n in nodes do
+    if !(p.axesOf n).all (fun x => dom.contains x) then return none
+    match p.node n with
+    | .matmul _ _ _ _ => return none
+    | .reduce _ ax _ =>
+      if !axes.contains ax then
+        axes := axes ++ [ax]
+    | _ => pure ()
+  match axes with
+  | [a] =>
+    let row := dom.filter (fun x => x != a)
+    let rowsOk : Bool := nodes.all fun n =>
+      match p.node n with
+      | .reduce _ _ _ => p.axesOf n == row
+      | _ => true
+    if dom.contains a && rowsOk then return some a else return none
+  | _ => return none
+
+/-- Sites of `fuse_rows`: `[p, c]` (`p < c`) for a kernel `c` reading kernel `p`, neither
+online, whose merged nodes keep whole rows of one axis of the merged domain
+(`rowFusionAxis`), each streaming nothing or that axis, in a valid launch order (Python:
+`fuse_rows_sites`). -/
+def fuseRowsSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for c in [0:p.kernels.size] do
+    let kc := p.kernel c
+    if kc.online then continue
+    let producers := sortNats ((p.externalArgs c).toList.filterMap fun a => p.owner a)
+    for pk in producers do
+      let kp := p.kernel pk
+      if kp.online || !decide (pk < c) then continue
+      let nodes := sortNats (kp.nodes.toList ++ kc.nodes.toList)
+      let dom := (merge p pk [c]).domain pk
+      match rowFusionAxis p nodes dom with
+      | none => pure ()
+      | some a =>
+        let streamOk : Bool := (kp.stream.isNone || kp.stream == some a) &&
+          (kc.stream.isNone || kc.stream == some a)
+        if streamOk && (epiloguePosition p pk c).isSome then
+          out := out.push [siteN pk, siteN c]
+  return out
+
+/-- Merge kernels `p` and `c` where the epilogue order allows (at `p`, else at `c`), the merged
+kernel streaming the row axis (Python: `fuse_rows`), at site `[p, c]`. -/
+def fuseRowsApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let pk ← siteNat? e0
+    let c ← siteNat? e1
+    let pair : Nat × Nat := if epiloguePosition p pk c == some pk then (pk, c) else (c, pk)
+    let into := pair.1
+    let other := pair.2
+    let k := if into < other then into else into - 1
+    let merged := merge p into [other]
+    let a := rowFusionAxis p (merged.kernel k).nodes.toList (merged.domain k)
+    some (merge p into [other] (stream? := some a))
+  | _ => none
+
+/-- The first `(producer, consumer)` pair of elementwise-only kernels of one domain, one of
+them `k` and the other the lowest-numbered such partner, the consumer reading the producer,
+that can merge in launch order (Python: `_elementwise_merge`). -/
+def elementwiseMerge (p : Plan) (k : Nat) : Option (Nat × Nat) := Id.run do
+  if !elementwiseOnly p k then return none
   let dom := p.domain k
+  let mine := (p.kernel k).nodes
+  for j in [0:p.kernels.size] do
+    if j == k || !elementwiseOnly p j || p.domain j != dom then continue
+    let theirs := (p.kernel j).nodes
+    let jReadsK : Bool := theirs.any fun n => (p.node n).args.any (fun a => mine.contains a)
+    let kReadsJ : Bool := mine.any fun n => (p.node n).args.any (fun a => theirs.contains a)
+    let pair? : Option (Nat × Nat) :=
+      if jReadsK then some (k, j) else if kReadsJ then some (j, k) else none
+    match pair? with
+    | some pr =>
+      if (epiloguePosition p pr.1 pr.2).isSome then return some pr
+    | none => pure ()
+  return none
+
+/-- Sites of `fuse_elementwise`: `[k]` for an elementwise-only kernel with a partner
+(`elementwiseMerge`). -/
+def fuseElementwiseSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for k in [0:p.kernels.size] do
+    if (elementwiseMerge p k).isSome then
+      out := out.push [siteN k]
+  return out
+
+/-- Kernel `k` absorbs its elementwise partners one merge at a time, each an epilogue-order
+merge, until none is left (`fuel`: each merge removes a kernel, so the kernel count
+suffices). -/
+def fuseElementwiseFrom : Nat → Plan → Nat → Plan
+  | 0, p, _ => p
+  | fuel + 1, p, k =>
+    match elementwiseMerge p k with
+    | none => p
+    | some pr =>
+      let into := if epiloguePosition p pr.1 pr.2 == some pr.1 then pr.1 else pr.2
+      let other := if epiloguePosition p pr.1 pr.2 == some pr.1 then pr.2 else pr.1
+      fuseElementwiseFrom fuel (merge p into [other]) (if into < other then into else into - 1)
+
+/-- A whole elementwise region in one kernel, at site `[k]` (Python: `fuse_elementwise`). -/
+def fuseElementwiseApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0] => do
+    let k ← siteNat? e0
+    some (fuseElementwiseFrom p.kernels.size p k)
+  | _ => none
+
+/-- The operand through which kernel `c`'s one matmul contracts the axis `h` of producer `p`'s
+output, when `p` (a matmul over another axis and its epilogue, read by `c` only) and `c` (one
+matmul over `h` and its epilogue) form a GEMM chain, neither scheduled yet (Python:
+`_chain_operand`). -/
+def chainOperand (p : Plan) (pk c : Nat) : Option NodeId := Id.run do
+  let kp := p.kernel pk
+  let kc := p.kernel c
+  if kp.online || kc.online || !kp.grid.isEmpty || !kc.grid.isEmpty || kp.stream.isSome ||
+      kc.stream.isSome then
+    return none
+  let pn := kp.nodes
+  if p.graph.outputs.any (fun o => pn.contains o) then return none
+  let onlyChain : Bool := pn.all fun n => (p.consumers n).all fun cn =>
+    p.owner cn == some pk || p.owner cn == some c
+  if !onlyChain then return none
+  match p.reductionAxis pk, p.reductionAxis c with
+  | some rp, some h =>
+    if rp == h || !(p.domain pk).contains h then return none
+    let hasMatmul : Bool := pn.any fun n => match p.node n with
+      | .matmul _ _ _ _ => true
+      | _ => false
+    let reducesH : Bool := pn.any fun n => match p.node n with
+      | .reduce _ ax _ => ax == h
+      | .matmul _ _ ax _ => ax == h
+      | _ => false
+    if !hasMatmul || reducesH then return none
+    let mut found : Option NodeId := none
+    for n in kc.nodes do
+      match p.node n with
+      | .reduce _ _ _ => return none
+      | .matmul a b axA axB =>
+        if axA != h then return none
+        let ins := [a, b].filter fun x => pn.contains x
+        if found.isSome || ins.length != 1 || axA != axB then return none
+        found := ins.head?
+      | _ => pure ()
+    return found
+  | _, _ => return none
+
+/-- Sites of `fuse_gemm_chain`: `[p, c]` for a producer `p` of kernel `c` (ascending) with a
+chain operand (Python: `fuse_gemm_chain_sites`). -/
+def fuseGemmChainSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for c in [0:p.kernels.size] do
+    let producers := sortNats ((p.externalArgs c).toList.filterMap fun a => p.owner a)
+    for pk in producers do
+      if (chainOperand p pk c).isSome then
+        out := out.push [siteN pk, siteN c]
+  return out
+
+/-- Back-to-back GEMMs: producer `p` joins consumer `c`, at `c`'s position, at site `[p, c]`;
+completion streams the intermediate axis. -/
+def fuseGemmChainApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let pk ← siteNat? e0
+    let c ← siteNat? e1
+    some (merge p c [pk])
+  | _ => none
+
+/-- The axes `tile_parallel` may tile: the last two of the kernel's domain, leaving out the
+axis a row-fused kernel streams inside each row (Python: `tileable_axes`). -/
+def tileableAxes (p : Plan) (k : Nat) : List Axis :=
+  let stream := (p.kernel k).stream
+  let dom := (p.domain k).filter fun a => some a != stream
   dom.drop (dom.length - 2)
 
 /-- Sites of `tile_parallel`: `[k, a]` for each tileable axis `a` of kernel `k` not yet
@@ -700,6 +1139,10 @@ structure Rule where
   /-- For an algebraic rule, the rewritten graph with its witness (`applyFn` is the initial
   plan of that graph); `none` for schedule rules. -/
   rewriteW : Plan → Site → Option (Graph × RewriteWitness) := fun _ _ => none
+  /-- An enabling rewrite only exposes another algebraic rewrite: its plan is no candidate,
+  and the enumerator continues from it with the algebraic rules only (Python:
+  `Rule.enabling`). -/
+  enabling : Bool := false
 
 /-- Apply `r` at `site` if `site` is one of `r.sites p` (Python: `Rule.apply`). -/
 def Rule.apply (r : Rule) (p : Plan) (site : Site) : Option Plan :=
@@ -720,6 +1163,30 @@ def factorRowScale : Rule :=
 def expToExp2 : Rule :=
   { id := "exp_to_exp2", theoremName := "Superopt.exp_to_exp2_sound",
     sites := exp2Sites, applyFn := exp2Apply, algebraic := true, rewriteW := exp2Rewrite }
+
+/-- `distribute_matmul`. -/
+def distributeMatmul : Rule :=
+  { id := "distribute_matmul", theoremName := "Superopt.distribute_matmul_sound",
+    sites := distributeSites, applyFn := distributeApply, algebraic := true,
+    rewriteW := distributeRewrite }
+
+/-- `distribute_bias` (enabling; the rewrite is `distribute_matmul`'s). -/
+def distributeBias : Rule :=
+  { id := "distribute_bias", theoremName := "Superopt.distribute_bias_sound",
+    sites := distributeBiasSites, applyFn := distributeApply, algebraic := true,
+    rewriteW := distributeRewrite, enabling := true }
+
+/-- `commute_row_scale` (enabling). -/
+def commuteRowScale : Rule :=
+  { id := "commute_row_scale", theoremName := "Superopt.commute_row_scale_sound",
+    sites := commuteSites, applyFn := commuteApply, algebraic := true,
+    rewriteW := commuteRewrite, enabling := true }
+
+/-- `move_contracted_scale` (enabling). -/
+def moveContractedScale : Rule :=
+  { id := "move_contracted_scale", theoremName := "Superopt.move_contracted_scale_sound",
+    sites := moveScaleSites, applyFn := moveScaleApply, algebraic := true,
+    rewriteW := moveScaleRewrite, enabling := true }
 
 /-- `online_softmax`. -/
 def onlineSoftmax : Rule :=
@@ -746,6 +1213,21 @@ def splitKernel : Rule :=
   { id := "split_kernel", theoremName := "Superopt.split_kernel_sound",
     sites := splitSites, applyFn := splitApply, algebraic := false }
 
+/-- `fuse_rows`. -/
+def fuseRows : Rule :=
+  { id := "fuse_rows", theoremName := "Superopt.fuse_rows_sound",
+    sites := fuseRowsSites, applyFn := fuseRowsApply, algebraic := false }
+
+/-- `fuse_elementwise`. -/
+def fuseElementwise : Rule :=
+  { id := "fuse_elementwise", theoremName := "Superopt.fuse_elementwise_sound",
+    sites := fuseElementwiseSites, applyFn := fuseElementwiseApply, algebraic := false }
+
+/-- `fuse_gemm_chain`. -/
+def fuseGemmChain : Rule :=
+  { id := "fuse_gemm_chain", theoremName := "Superopt.fuse_gemm_chain_sound",
+    sites := fuseGemmChainSites, applyFn := fuseGemmChainApply, algebraic := false }
+
 /-- `tile_parallel`. -/
 def tileParallel : Rule :=
   { id := "tile_parallel", theoremName := "Superopt.tile_parallel_sound",
@@ -758,16 +1240,27 @@ def streamReduction : Rule :=
 
 /-- Every rule, in the order of Python's `RULES`. -/
 def rules : List Rule :=
-  [stabilizeSoftmax, factorRowScale, expToExp2, onlineSoftmax, shareOperandLoad, fusePrologue,
-    fuseEpilogue, splitKernel, tileParallel, streamReduction]
+  [stabilizeSoftmax, factorRowScale, expToExp2, distributeMatmul, distributeBias,
+    commuteRowScale, moveContractedScale, onlineSoftmax, shareOperandLoad, fusePrologue,
+    fuseEpilogue, splitKernel, fuseRows, fuseElementwise, fuseGemmChain, tileParallel,
+    streamReduction]
 
 /-- The rules the enumerator branches over, in this order (Python's `SEARCH_RULES`; tiling and
 streaming come from `complete`). -/
 def searchRules : List Rule :=
-  [stabilizeSoftmax, factorRowScale, expToExp2, onlineSoftmax, shareOperandLoad, fusePrologue,
-    fuseEpilogue, splitKernel]
+  [stabilizeSoftmax, factorRowScale, expToExp2, distributeMatmul, distributeBias,
+    commuteRowScale, moveContractedScale, onlineSoftmax, shareOperandLoad, fusePrologue,
+    fuseEpilogue, splitKernel, fuseRows, fuseElementwise, fuseGemmChain]
 
 /-- The rule with this id. -/
 def ruleById? (id : String) : Option Rule := rules.find? (·.id == id)
+
+/-- Whether the last of `steps` is an enabling rule's (Python:
+`RULES[steps[-1].rule].enabling`). -/
+def endsEnabling (steps : Array Step) : Bool :=
+  match steps.toList.getLast? with
+  | some s => ((ruleById? s.rule).map (·.enabling)).getD false
+  | none => false
+
 
 end Superopt.Derive

@@ -580,6 +580,10 @@ def Plan.toMsg (p : Plan) : MsgValue :=
 def statuses : List String :=
   ["ok", "wrong", "nan", "compile_error", "launch_error", "crash", "timeout", "skipped"]
 
+/-- The statuses of a peer: a status, or `absent` (the peer's library is not installed; Python:
+`PEER_STATUSES`). -/
+def peerStatuses : List String := statuses ++ ["absent"]
+
 /-- One timed candidate (a derivation at a tile configuration). Times in µs. -/
 structure Candidate where
   /-- The candidate's id, unique in the results. -/
@@ -612,7 +616,7 @@ structure Peer where
   graphUs : Option Float := none
   /-- `‖out − ref‖ / ‖ref‖`. -/
   relerr : Option Float := none
-  /-- One of `statuses`. -/
+  /-- One of `peerStatuses`. -/
   status : String
   deriving Repr, Inhabited
 
@@ -681,7 +685,7 @@ def Peer.ofMsg? (v : MsgValue) (path : String) : WireM Peer := do
   let callUs ← asOptF64 (field q "call_us") (joinPath path "call_us")
   let graphUs ← asOptF64 (field q "graph_us") (joinPath path "graph_us")
   let relerr ← asOptF64 (field q "relerr") (joinPath path "relerr")
-  let status ← asEnum (field q "status") (joinPath path "status") statuses "status"
+  let status ← asEnum (field q "status") (joinPath path "status") peerStatuses "status"
   return { name := name, callUs := callUs, graphUs := graphUs, relerr := relerr,
            status := status }
 
