@@ -92,16 +92,35 @@ example (x w : Nat → Bool) (r : Bool) (ks : List Nat) :
     sumList (ks.map (fun k => x k * r * w k)) = r * sumList (ks.map (fun k => x k * w k)) :=
   factor_row_scale x w r ks
 
+/-- `Rules.distribute_matmul` at 𝔽₂. -/
+example (x w : Nat → Bool) (v : Bool) (ks : List Nat) :
+    sumList (ks.map (fun k => (x k - v) * w k)) =
+      sumList (ks.map (fun k => x k * w k)) - v * sumList (ks.map w) :=
+  distribute_matmul x w v ks
+
+/-- `Rules.move_contracted_scale` at 𝔽₂. -/
+example (a c w : Nat → Bool) (ks : List Nat) :
+    sumList (ks.map (fun k => a k * c k * w k)) =
+      sumList (ks.map (fun k => a k * (w k * c k))) :=
+  move_contracted_scale a c w ks
+
 /-! ## The theorems that the rule ids name exist (`superopt.rules.RULES`, `Superopt.Derive`) -/
 
 #check @Superopt.stabilize_softmax_sound
 #check @Superopt.factor_row_scale_sound
 #check @Superopt.exp_to_exp2_sound
+#check @Superopt.distribute_matmul_sound
+#check @Superopt.distribute_bias_sound
+#check @Superopt.commute_row_scale_sound
+#check @Superopt.move_contracted_scale_sound
 #check @Superopt.online_softmax_sound
 #check @Superopt.share_operand_load_sound
 #check @Superopt.fuse_prologue_sound
 #check @Superopt.fuse_epilogue_sound
 #check @Superopt.split_kernel_sound
+#check @Superopt.fuse_rows_sound
+#check @Superopt.fuse_elementwise_sound
+#check @Superopt.fuse_gemm_chain_sound
 #check @Superopt.tile_parallel_sound
 #check @Superopt.stream_reduction_sound
 #check @Superopt.derive_sound

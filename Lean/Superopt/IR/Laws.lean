@@ -42,8 +42,10 @@ against the float64 reference is what bounds it.
 ## Main statements
 
 * Derived laws: `ScalarLaws.add_zero`, `ScalarLaws.right_distrib`, `ScalarLaws.neg_mul`,
-  `ScalarLaws.sub_mul`, `ScalarLaws.exp_sub`, `ScalarLaws.exp_sub_mul_exp`, ...
-* Sums: `sumList_append`, `sumList_concatTiles`, `sumList_map_mul_right`, `sumList_map_div`.
+  `ScalarLaws.sub_mul`, `ScalarLaws.neg_add`, `ScalarLaws.add_add_add_comm`,
+  `ScalarLaws.exp_sub`, `ScalarLaws.exp_sub_mul_exp`, ...
+* Sums: `sumList_append`, `sumList_concatTiles`, `sumList_map_congr`, `sumList_map_add`,
+  `sumList_map_sub`, `sumList_map_mul_left`, `sumList_map_mul_right`, `sumList_map_div`.
 * Maxima: `maxFold_append`, `maxFold_concatTiles`, `maxList_cons_eq_maxFold`.
 
 ## Implementation notes
@@ -220,6 +222,23 @@ theorem exp_sub (a b : α) : ScalarOps.exp (a - b) = ScalarOps.exp a / ScalarOps
   rw [← ScalarLaws.exp_sub_mul_exp a b,
     ScalarLaws.mul_div_cancel_right _ _ (ScalarLaws.exp_ne_zero b)]
 
+/-- `(a + b) + (c + d) = (a + c) + (b + d)`. -/
+theorem add_add_add_comm (a b c d : α) : a + b + (c + d) = a + c + (b + d) := by
+  rw [ScalarLaws.add_assoc a b (c + d), ← ScalarLaws.add_assoc b c d, ScalarLaws.add_comm b c,
+    ScalarLaws.add_assoc c b d, ← ScalarLaws.add_assoc a c (b + d)]
+
+/-- `-0 = 0`. -/
+theorem neg_zero : -(ScalarOps.zero : α) = ScalarOps.zero :=
+  (ScalarLaws.neg_eq_of_add_eq_zero (ScalarOps.zero : α) ScalarOps.zero
+    (ScalarLaws.zero_add (ScalarOps.zero : α))).symm
+
+/-- `-(a + b) = -a + -b`. -/
+theorem neg_add (a b : α) : -(a + b) = -a + -b := by
+  apply Eq.symm
+  apply ScalarLaws.neg_eq_of_add_eq_zero
+  rw [ScalarLaws.add_add_add_comm (-a) (-b) a b, ScalarLaws.neg_add_cancel a,
+    ScalarLaws.neg_add_cancel b, ScalarLaws.zero_add]
+
 /-- `max a (max b c) = max b (max a c)`. -/
 theorem max_left_comm (a b c : α) :
     ScalarOps.max a (ScalarOps.max b c) = ScalarOps.max b (ScalarOps.max a c) := by
@@ -324,6 +343,46 @@ theorem sumList_map_div (f : β → α) (c : α) (xs : List β) :
   | cons x xs ih =>
     show f x / c + sumList (xs.map (fun j => f j / c)) = (f x + sumList (xs.map f)) / c
     rw [ih, ScalarLaws.add_div (f x) (sumList (xs.map f)) c]
+
+/-- Sums of pointwise equal terms are equal: `(∀ k, f k = g k) → Σₖ f k = Σₖ g k`. -/
+theorem sumList_map_congr {f g : β → α} (h : ∀ k, f k = g k) (xs : List β) :
+    sumList (xs.map f) = sumList (xs.map g) :=
+  congrArg (fun F => sumList (xs.map F)) (funext h)
+
+/-- A sum of sums: `Σⱼ (f j + g j) = Σⱼ f j + Σⱼ g j`. -/
+theorem sumList_map_add (f g : β → α) (xs : List β) :
+    sumList (xs.map (fun j => f j + g j)) = sumList (xs.map f) + sumList (xs.map g) := by
+  induction xs with
+  | nil => exact (ScalarLaws.add_zero (ScalarOps.zero : α)).symm
+  | cons x xs ih =>
+    show f x + g x + sumList (xs.map (fun j => f j + g j)) =
+      f x + sumList (xs.map f) + (g x + sumList (xs.map g))
+    rw [ih, ScalarLaws.add_add_add_comm (f x) (g x) (sumList (xs.map f)) (sumList (xs.map g))]
+
+/-- A sum of differences: `Σⱼ (f j - g j) = Σⱼ f j - Σⱼ g j`. -/
+theorem sumList_map_sub (f g : β → α) (xs : List β) :
+    sumList (xs.map (fun j => f j - g j)) = sumList (xs.map f) - sumList (xs.map g) := by
+  induction xs with
+  | nil =>
+    show (ScalarOps.zero : α) = ScalarOps.zero - ScalarOps.zero
+    rw [ScalarLaws.sub_eq_add_neg, ScalarLaws.neg_zero, ScalarLaws.add_zero]
+  | cons x xs ih =>
+    show f x - g x + sumList (xs.map (fun j => f j - g j)) =
+      f x + sumList (xs.map f) - (g x + sumList (xs.map g))
+    rw [ih, ScalarLaws.sub_eq_add_neg (f x) (g x),
+      ScalarLaws.sub_eq_add_neg (sumList (xs.map f)) (sumList (xs.map g)),
+      ScalarLaws.sub_eq_add_neg (f x + sumList (xs.map f)) (g x + sumList (xs.map g)),
+      ScalarLaws.neg_add (g x) (sumList (xs.map g)),
+      ScalarLaws.add_add_add_comm (f x) (-g x) (sumList (xs.map f)) (-sumList (xs.map g))]
+
+/-- A common left factor comes out of a sum: `Σⱼ c · f j = c · Σⱼ f j`. -/
+theorem sumList_map_mul_left (c : α) (f : β → α) (xs : List β) :
+    sumList (xs.map (fun j => c * f j)) = c * sumList (xs.map f) := by
+  induction xs with
+  | nil => exact (ScalarLaws.mul_zero c).symm
+  | cons x xs ih =>
+    show c * f x + sumList (xs.map (fun j => c * f j)) = c * (f x + sumList (xs.map f))
+    rw [ih, ScalarLaws.left_distrib c (f x) (sumList (xs.map f))]
 
 /-- The initial value of a running max is absorbed: `max i (maxFold i xs) = maxFold i xs`. -/
 theorem max_maxFold_self (i : α) (xs : List α) :

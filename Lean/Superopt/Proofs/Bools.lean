@@ -50,7 +50,7 @@ theorem bor_intro_right {a b : Bool} (h : b = true) : (a || b) = true := by
 /-- `allB p l` gives `p j` for every `j` that `memB` finds in `l`. -/
 theorem allB_memB {p : Nat → Bool} : ∀ {l : List Nat} {j : Nat},
     allB p l = true → memB j l = true → p j = true
-  | [], _, _, hm => absurd hm (by decide)
+  | [], _, _, hm => absurd (show false = true from hm) (by decide)
   | a :: as, j, hall, hm => by
     have hall' : (p a && allB p as) = true := hall
     have hm' : (decide (j = a) || memB j as) = true := hm

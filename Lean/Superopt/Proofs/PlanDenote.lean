@@ -405,11 +405,11 @@ theorem args_of_isLeaf : ∀ {node : Node}, node.isLeaf = true → node.args = [
   | .eps _, _ => rfl
   | .const _, _ => rfl
   | .band _ _ _ _, _ => rfl
-  | .unary _ _, h => absurd h (by decide)
-  | .binary _ _ _, h => absurd h (by decide)
-  | .reduce _ _ _, h => absurd h (by decide)
-  | .matmul _ _ _ _, h => absurd h (by decide)
-  | .select _ _ _, h => absurd h (by decide)
+  | .unary _ _, h => absurd (show false = true from h) (by decide)
+  | .binary _ _ _, h => absurd (show false = true from h) (by decide)
+  | .reduce _ _ _, h => absurd (show false = true from h) (by decide)
+  | .matmul _ _ _ _, h => absurd (show false = true from h) (by decide)
+  | .select _ _ _, h => absurd (show false = true from h) (by decide)
 
 variable [ScalarLaws α]
 

@@ -16,11 +16,17 @@ program it rewrites, in exact arithmetic: every statement is over an arbitrary `
 | `factor_row_scale`   | `factor_row_scale_sound`   | `factor_row_scale`,                        |
 |                      |                            | `denote_factor_row_scale`                  |
 | `exp_to_exp2`        | `exp_to_exp2_sound`        | `exp_to_exp2`, `exp_sub_to_exp2`           |
+| `distribute_matmul`  | `distribute_matmul_sound`  | `distribute_matmul`                        |
+| `distribute_bias`    | `distribute_bias_sound`    | `distribute_bias`, `distribute_bias_sub`   |
+| `commute_row_scale`  | `commute_row_scale_sound`  | `commute_row_scale`,                       |
+|                      |                            | `commute_row_scale_div`                    |
+| `move_contracted_scale` | `move_contracted_scale_sound` | `move_contracted_scale`              |
 | `online_softmax`     | `online_softmax_sound`     | `online_softmax`, `flash_attention`        |
 | `share_operand_load` | `share_operand_load_sound` | `share_operand_load`                       |
 | `fuse_prologue`      | `fuse_prologue_sound`      | (`denote_matmul`, `denote_binary`)         |
 | `fuse_epilogue`      | `fuse_epilogue_sound`      | `fuse_epilogue`, `fuse_epilogue_binary`    |
 | `split_kernel`       | `split_kernel_sound`       | `materialize_read`, `split_kernel`         |
+| `fuse_rows`, `fuse_elementwise`, `fuse_gemm_chain` | `<rule>_sound` | (the plan semantics) |
 | `tile_parallel`      | `tile_parallel_sound`      | `tile_parallel`, `tile_parallel_div`       |
 | `stream_reduction`   | `stream_reduction_sound`   | `stream_reduction_sum`, `streamSum_eq`,    |
 |                      |                            | `stream_reduction_max`                     |
@@ -513,6 +519,64 @@ theorem denote_factor_row_scale {g : Graph} {env : String → Index → α}
     (List.range (axisSize g.axes axisA))
 
 end RowScale
+
+/-! ## What models contain: offsets, biases and gains around a contraction -/
+
+section Models
+
+variable {α β : Type} [ScalarLaws α]
+
+/-- **`distribute_matmul`.** An offset `v` that does not depend on the contracted index leaves
+the contraction as a rank-one term: `Σₖ (x k − v) · w k = Σₖ x k · w k − v · Σₖ w k`
+(LayerNorm's mean folded past the GEMM: the GEMM runs on `X`, the epilogue subtracts
+`μ · colsum W`). -/
+theorem distribute_matmul (x w : β → α) (v : α) (ks : List β) :
+    sumList (ks.map (fun k => (x k - v) * w k)) =
+      sumList (ks.map (fun k => x k * w k)) - v * sumList (ks.map w) := by
+  have h : ∀ k, (x k - v) * w k = x k * w k - v * w k :=
+    fun k => ScalarLaws.sub_mul (x k) v (w k)
+  rw [sumList_map_congr h ks, sumList_map_sub (fun k => x k * w k) (fun k => v * w k) ks,
+    sumList_map_mul_left v w ks]
+
+/-- **`distribute_bias`.** A bias along the contracted index splits off as its own
+contraction: `Σₖ (x k + v k) · w k = Σₖ x k · w k + Σₖ v k · w k`. -/
+theorem distribute_bias (x v w : β → α) (ks : List β) :
+    sumList (ks.map (fun k => (x k + v k) * w k)) =
+      sumList (ks.map (fun k => x k * w k)) + sumList (ks.map (fun k => v k * w k)) := by
+  have h : ∀ k, (x k + v k) * w k = x k * w k + v k * w k :=
+    fun k => ScalarLaws.right_distrib (x k) (v k) (w k)
+  rw [sumList_map_congr h ks]
+  exact sumList_map_add (fun k => x k * w k) (fun k => v k * w k) ks
+
+/-- `distribute_bias` for a subtracted bias: `Σₖ (x k − v k) · w k = Σₖ x k · w k −
+Σₖ v k · w k`. -/
+theorem distribute_bias_sub (x v w : β → α) (ks : List β) :
+    sumList (ks.map (fun k => (x k - v k) * w k)) =
+      sumList (ks.map (fun k => x k * w k)) - sumList (ks.map (fun k => v k * w k)) := by
+  have h : ∀ k, (x k - v k) * w k = x k * w k - v k * w k :=
+    fun k => ScalarLaws.sub_mul (x k) (v k) (w k)
+  rw [sumList_map_congr h ks]
+  exact sumList_map_sub (fun k => x k * w k) (fun k => v k * w k) ks
+
+/-- **`commute_row_scale`.** A gain moves inside a row scale: `(x · s) · c = (x · c) · s`, so
+that `factor_row_scale` can take `s` out of the contraction past the gain `c`. -/
+theorem commute_row_scale (x s c : α) : x * s * c = x * c * s :=
+  ScalarLaws.mul_right_comm x s c
+
+/-- **`commute_row_scale`** for a divided row scale: `(x / s) · c = (x · c) / s`. -/
+theorem commute_row_scale_div (x s c : α) : x / s * c = x * c / s :=
+  ScalarLaws.div_mul_eq_mul_div x s c
+
+/-- **`move_contracted_scale`.** A scale along the contracted index moves from one operand onto
+the other: `Σₖ (a k · c k) · w k = Σₖ a k · (w k · c k)` (a norm's gain onto the weight). -/
+theorem move_contracted_scale (a c w : β → α) (ks : List β) :
+    sumList (ks.map (fun k => a k * c k * w k)) =
+      sumList (ks.map (fun k => a k * (w k * c k))) := by
+  have h : ∀ k, a k * c k * w k = a k * (w k * c k) := fun k => by
+    rw [ScalarLaws.mul_assoc (a k) (c k) (w k), ScalarLaws.mul_comm (c k) (w k)]
+  exact sumList_map_congr h ks
+
+end Models
 
 /-! ## `share_operand_load`: two contractions over one operand tile -/
 

@@ -8,8 +8,9 @@ import Superopt.Derive.Enumerator
 `superopt.rules.RULES` (Python) names one theorem per rule, `Superopt.<rule id>_sound`; a
 derivation's certificate is the list of those of its steps, then `Superopt.derive_sound`.
 
-* The algebraic rules rewrite the graph. Their theorems are the checked patterns of
-  `Superopt.Validate`: a root that the step checker accepts denotes what the rewritten node
+* The algebraic rules rewrite the graph (`stabilize_softmax`, `factor_row_scale`,
+  `exp_to_exp2`, `distribute_matmul`, and the enabling `distribute_bias`, `commute_row_scale`,
+  `move_contracted_scale`). Their theorems are the checked patterns of `Superopt.Validate`: a root that the step checker accepts denotes what the rewritten node
   denoted, given only that the earlier nodes the witness relates do (which the checker's
   induction supplies, `validRewrite_sound`; nothing is assumed about unchanged nodes).
 * The schedule rules change how kernels compute, not the graph. Their theorems are the pieces
@@ -63,6 +64,50 @@ theorem exp_to_exp2_sound {g g' : Graph} {c : NodeId → Option NodeId}
     (h : exp2Check g g' c j i = true) (idx : Index) :
     denote g' env j idx = denote g env i idx :=
   exp2_root_sound ih h idx
+
+/-- **`distribute_matmul`** (LayerNorm's mean folded past the GEMM). If the step checker accepts
+new node `j` as `(x' @ w') ± v' · Σ_k w''` (or `(w' @ x') ± (Σ_k w'') · v'`) replacing old node
+`i = (x ± v) @ w` (or `w @ (x ± v)`, `x ± v` one of `x + v`, `v + x`, `x − v`), with `v`
+independent of the contracted axis (`indep`) and the column sum over an axis of the
+contracted size (`distCheck`), and the earlier related nodes denote the same, then `j`
+denotes what `i` denotes (`Rules.distribute_matmul`). -/
+theorem distribute_matmul_sound {g g' : Graph} {c : NodeId → Option NodeId}
+    {env : String → Index → α} {j i : NodeId} (hax : g'.axes = g.axes)
+    (ih : ∀ j', j' < j → ∀ i', c j' = some i' → ∀ ix, denote g' env j' ix = denote g env i' ix)
+    (h : distCheck g g' c j i = true) (idx : Index) :
+    denote g' env j idx = denote g env i idx :=
+  dist_root_sound hax ih h idx
+
+/-- **`distribute_bias`.** A root `(x' @ w') ± (v' @ w'')` (either operand, every form) that the
+checker accepts (`biasCheck`) denotes what `(x ± v) @ w` denotes, `v` a bias along the
+contracted axis (`Rules.distribute_bias`, `Rules.distribute_bias_sub`). -/
+theorem distribute_bias_sound {g g' : Graph} {c : NodeId → Option NodeId}
+    {env : String → Index → α} {j i : NodeId} (hax : g'.axes = g.axes)
+    (ih : ∀ j', j' < j → ∀ i', c j' = some i' → ∀ ix, denote g' env j' ix = denote g env i' ix)
+    (h : biasCheck g g' c j i = true) (idx : Index) :
+    denote g' env j idx = denote g env i idx :=
+  bias_root_sound hax ih h idx
+
+/-- **`commute_row_scale`.** A root `((x' · c') ⋆ s') @ w'` (`⋆` is `·` or `/`, either order of
+the gain, either operand) that the checker accepts (`commCheck`) denotes what
+`((x ⋆ s) · c) @ w` denotes: the operands agree pointwise (`Rules.commute_row_scale`,
+`Rules.commute_row_scale_div`). -/
+theorem commute_row_scale_sound {g g' : Graph} {c : NodeId → Option NodeId}
+    {env : String → Index → α} {j i : NodeId} (hax : g'.axes = g.axes)
+    (ih : ∀ j', j' < j → ∀ i', c j' = some i' → ∀ ix, denote g' env j' ix = denote g env i' ix)
+    (h : commCheck g g' c j i = true) (idx : Index) :
+    denote g' env j idx = denote g env i idx :=
+  comm_root_sound hax ih h idx
+
+/-- **`move_contracted_scale`.** A root `a' @ (w' · c')` (or `(w' · c') @ a'`) that the checker
+accepts (`moveCheck`, one contracted name on both sides) denotes what `(a · c) @ w` denotes
+(`Rules.move_contracted_scale`). -/
+theorem move_contracted_scale_sound {g g' : Graph} {c : NodeId → Option NodeId}
+    {env : String → Index → α} {j i : NodeId} (hax : g'.axes = g.axes)
+    (ih : ∀ j', j' < j → ∀ i', c j' = some i' → ∀ ix, denote g' env j' ix = denote g env i' ix)
+    (h : moveCheck g g' c j i = true) (idx : Index) :
+    denote g' env j idx = denote g env i idx :=
+  move_root_sound hax ih h idx
 
 /-- **`online_softmax`** (Flash Attention 2), in both forms: for the kernel's exponential `ex`
 (`exp`, or `x ↦ exp2 (x · c)`, equal to `exp` by the law), the recurrence over the tiles of a
@@ -128,6 +173,29 @@ reductions over that axis, each reading the final values of the ones it depends 
 outputs over the row. It passes `kernelOk` like any other kernel, so every node it computes —
 a per-row reduction read by the row's outputs included — has its denotation. -/
 theorem fuse_rows_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
+    {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
+    ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
+      kernelVal g T K env mem fuel i idx = denote g env i idx :=
+  kernelVal_eq hmem hK
+
+/-- **`fuse_elementwise`.** A kernel holding a whole elementwise region (a chain of any depth,
+its stages reading each other inline on each grid tile) passes `kernelOk` like any other
+kernel, so every node it computes has its denotation. -/
+theorem fuse_elementwise_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
+    {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
+    ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
+      kernelVal g T K env mem fuel i idx = denote g env i idx :=
+  kernelVal_eq hmem hK
+
+/-- **`fuse_gemm_chain`.** A chain kernel streaming the intermediate axis `h`: the first
+matmul (over `k`, not streamed) is computed inline for every `h` position the second matmul's
+streamed sum reads, so the intermediate never leaves the kernel. It passes `kernelOk`, so
+every node it computes — the second contraction included — has its denotation. -/
+theorem fuse_gemm_chain_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
     (hK : kernelOk g ran K = true) :
