@@ -323,7 +323,7 @@ def test_softmax_row_conventions():
     """docs/errors.md, numeric conventions: the reference is the literal IEEE graph.
 
     * a row with no finite score (here: -inf) is NaN in the reference and in every plan
-      (0/0); the kernels write 0 for it instead (FA3's Check_inf; test_gpu_numerics);
+      (0/0), and the kernels write NaN for it too (test_gpu_numerics);
     * a row whose scores are all far below 0 (-1000) underflows exp in the *literal* graph
       (NaN), but every stabilised plan (max subtracted) gives the true softmax; the same for
       scores far above 0 (+1000; exp overflows).

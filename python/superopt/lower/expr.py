@@ -61,7 +61,23 @@ def render(graph: Graph, node: NodeId, env: dict[NodeId, str],
         return SELECT_TILELANG.format(*a)
     if n.op in UNARY:
         return UNARY[n.op].tilelang.format(a[0])
+    zero = _zero_leaf(graph, n.args[1]) if n.op == "div" else None
+    if zero is not None:
+        # TVM's constant folding refuses x / 0.0 ("Divide by zero"); x · (±∞) is the same
+        # IEEE value for every x (0/0 = 0·∞ = NaN, x/±0 = ±∞ with x's sign)
+        return f"({a[0]} * {literal(math.copysign(math.inf, zero))})"
     return BINARY[n.op].tilelang.format(*a)
+
+
+def _zero_leaf(graph: Graph, node: NodeId) -> float | None:
+    """The value of ``node`` if it is a scalar leaf equal to zero (``size`` of an empty axis,
+    an ``eps`` or ``const`` of ±0), else ``None``."""
+    n = graph.nodes[node]
+    if n.op == "size":
+        return 0.0 if graph.size(n.axis) == 0 else None
+    if n.op in ("eps", "const") and float(n.value) == 0.0:
+        return float(n.value)
+    return None
 
 
 def band_text(n, index: Callable[[str], str] | None, *, path: str = "") -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..derive.plan import Plan
+from ..derive.schedule import is_row_fused
 from ..errors import LoweringError
 from .kernels.attention import attention_source
 from .kernels.attention_space import attention_config_space, attention_cost
@@ -72,18 +73,12 @@ def _ops(plan: Plan, k: int) -> set[str]:
     return {plan.graph.nodes[n].op for n in plan.kernels[k].nodes}
 
 
-def _streams_own_axis(plan: Plan, k: int) -> bool:
-    """A row-fused kernel: it streams an axis of its own domain."""
-    stream = plan.kernels[k].stream
-    return stream is not None and stream in plan.domain(k)
-
-
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("attention", lambda p, k: p.kernels[k].online, match_attention, AttentionConfig,
            attention_config_space, attention_source, attention_cost),
     Family("gemm", lambda p, k: "matmul" in _ops(p, k), match_gemm, GemmConfig,
            gemm_config_space, gemm_source, gemm_cost_clk),
-    Family("rowfused", lambda p, k: _streams_own_axis(p, k), match_rowfused, RowFusedConfig,
+    Family("rowfused", is_row_fused, match_rowfused, RowFusedConfig,
            rowfused_config_space, rowfused_source, rowfused_cost),
     Family("rowreduce", lambda p, k: "reduce" in _ops(p, k), match_rowreduce, RowConfig,
            lambda s: row_config_space(s.rows, s.cols, "reduce"), rowreduce_source,

@@ -9,7 +9,13 @@
   :mod:`.attention_online_softmax` (the steps both schedules share), :mod:`.attention_ws_schedule`
   (the FlashAttention-3 style ``"ws"`` body), :mod:`.attention` (the source: signature and
   the ``"pipelined"`` body).
-* Row reductions and elementwise kernels: :mod:`.rowwise`.
+* GEMM chains (back-to-back GEMMs, the intermediate on chip): :mod:`.gemm_chain_spec`,
+  :mod:`.gemm_chain`; the GEMM grid and epilogue text helpers: :mod:`.gemm_grid`,
+  :mod:`.gemm_expr`. Attention's block-level pieces (masks, GQA, split-KV combine):
+  :mod:`.attention_blocks`.
+* Row reductions and elementwise kernels: :mod:`.rowwise`; row-fused kernels (softmax,
+  RMSNorm, LayerNorm in one pass over each row): :mod:`.rowfused_spec` (spec, config, cost,
+  space), :mod:`.rowfused` (the source); the row families' grid limits: :mod:`.row_launch`.
 * Shared by all: :mod:`.spec_checks` (identifiers, format fields, dtypes), :mod:`.tiling`
   (``ceil_div``, ``round_up``); every family writes its text with
   :class:`superopt.lower.emit.Lines`.

@@ -9,10 +9,14 @@ nodes rendered into the family's prologue/epilogue expressions, or raises
 =============  ======================================================================
 family         kernel shape
 =============  ======================================================================
-attention      online-softmax kernel streaming t_kv, epilogue ``acc / l`` (FA2/FA3)
+attention      online-softmax kernel streaming t_kv, epilogue ``acc / l`` (FA2/FA3); the
+               scores a scaled / masked / soft-capped chain of Q·Kᵀ, GQA, split-KV
 gemm           one or two matmuls over the streamed axis sharing their A operand
                (dual GEMM), optionally the A rows' sum of squares in the same loop
-               (one-kernel FlashNorm), and a fused elementwise epilogue
+               (one-kernel FlashNorm), an elementwise prologue on A, a fused epilogue;
+               or a GEMM chain (back-to-back GEMMs, the intermediate on chip)
+rowfused       a row-fused kernel: per row, its reductions in order, then its outputs
+               (softmax, RMSNorm, LayerNorm alone, several outputs)
 rowreduce      one reduction with an elementwise prologue and per-row epilogue
 elementwise    elementwise nodes over a [rows, cols] domain, inputs full/row/col
 =============  ======================================================================
