@@ -16,7 +16,8 @@ grids folded past 65535 blocks on y/z (issue 13); B shared by groups of batches 
 causal band mask in the epilogue, row and column vectors in 16-bit dtypes, the position
 fields (issue 14); A computed by an elementwise prologue, with a ragged K tail, an fp32
 input, a K-axis mask, the sum of squares and a dual GEMM (issue 15); GEMM chains with the
-intermediate on chip, several column tiles per block (issue 15); C staged in the ring at
+intermediate on chip, several column tiles per block, the intermediate streamed, the plans
+of ``fuse_gemm_chain`` (issue 15); a vector times a matrix; C staged in the ring at
 256×128×64 with 4 stages and a 2-CTA cluster, persistent "ws" kernels walking their tiles
 with and without a cluster (issue 16).
 
@@ -512,6 +513,15 @@ def test_bias_epilogue_plan(iso, tmp_path):
                           [((2, 4, 6), ("m", "n"), "d")])
     for pick in (lambda c: c["k0.schedule"] == "ws", lambda c: c["k0.schedule"] == "auto"):
         _module_case(iso, tmp_path, g, plan, "float16", pick)
+
+
+def test_vector_times_matrix_plan(iso, tmp_path):
+    def body(b):
+        beta, w = b.input("beta", ["d"]), b.input("W", ["d", "n"])
+        return b.add(b.matmul(beta, w, "d", "d"), b.input("b", ["n"]))
+    g, plan = _graph_plan("gemv", [("d", 768), ("n", 3000)], body, [((2, 4), ("n",), "d")])
+    _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "ws")
+    _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "auto")
 
 
 def test_chain_plan(iso, tmp_path):

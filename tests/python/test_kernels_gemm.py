@@ -711,6 +711,22 @@ def test_column_and_row_vectors_in_the_epilogue_keep_their_dtype(tmp_path):
         assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg)
 
 
+def test_vector_times_matrix_is_a_one_row_gemm(tmp_path):
+    """``beta @ W`` ([d] @ [d, n], what distribute_bias leaves of a LayerNorm's shift)."""
+    def body(b):
+        beta, w = b.input("beta", ["d"]), b.input("W", ["d", "n"])
+        return b.add(b.matmul(beta, w, "d", "d"), b.input("b", ["n"]))
+    g, plan = _graph_plan("gemv", [("d", 768), ("n", 3072)], body, [((2, 4), ("n",), "d")])
+    kl = match_plan(plan).kernels[0]
+    assert (kl.spec.batch, kl.spec.m, kl.spec.n, kl.spec.k) == (1, 1, 3072, 768)
+    assert kl.spec.col_inputs == ("v3",) and not kl.spec.row_inputs
+    assert [v for _, v in kl.params] == [(1, 1, 768), (1, 768, 3072), (3072,)]
+    assert kl.output_view == (1, 1, 3072)
+    cfg = gemm_config_space(kl.spec)[0]
+    cuda, launch = lower(tmp_path, gemm_source(kl.spec, cfg), kl.spec.name)
+    assert launch["grid"] == expected_grid(kl.spec, cfg) and "wgmma" in cuda
+
+
 def test_epilogue_refuses_other_vectors():
     def body(b):
         x, w = b.input("X", ["m", "d"]), b.input("W", ["d", "n"])

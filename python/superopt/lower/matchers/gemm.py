@@ -8,7 +8,8 @@ intermediate stays on chip (:func:`match_gemm_chain`).
 B may have fewer leading batch axes than A and the output, as long as they are a prefix of
 the output's (grouped-query attention: Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``): the
 kernel then reads B's batch ``z // r`` for output batch ``z`` (no copy of K/V). A B with no
-batch axis at all folds the output's batch into its rows (one larger GEMM).
+batch axis at all folds the output's batch into its rows (one larger GEMM). A vector times a
+matrix (``[k] @ [k, n]``, a LayerNorm's ``beta @ W``) is a GEMM of one row.
 
 Owns: the plan → :class:`~superopt.lower.kernels.gemm_spec.GemmSpec` and
 :class:`~superopt.lower.kernels.gemm_chain_spec.GemmChainSpec` mappings. Must not import
@@ -28,7 +29,7 @@ from ..kernels.gemm_chain_spec import GemmChainSpec, check_chain_spec
 from ..kernels.gemm_spec import GemmSpec, check_spec
 
 
-def position_index(g: Graph, batch_axes: tuple, m_axis: str, inner: dict[str, str],
+def position_index(g: Graph, batch_axes: tuple, m_axis: str | None, inner: dict[str, str],
                    fold: bool) -> Callable[[str], str]:
     """``index(axis)`` for :func:`~superopt.lower.expr.render`: the kernel's integer position
     along ``axis`` as text over the GEMM's position fields.
@@ -37,9 +38,10 @@ def position_index(g: Graph, batch_axes: tuple, m_axis: str, inner: dict[str, st
     or K axis → ``"{col}"``/``"{kpos}"``). A batch axis is a digit of the flat ``{batch}``
     index (of ``{row}`` when ``fold`` put the batch into the rows, which then also makes
     ``m_axis`` the row modulo its size). Unknown axes raise ``KeyError`` (render turns it
-    into a LoweringError naming the axis).
+    into a LoweringError naming the axis). ``m_axis`` is None for a vector-matrix product
+    (one row, no row axis).
     """
-    m = g.size(m_axis)
+    m = g.size(m_axis) if m_axis is not None else 1
 
     def index(axis: str) -> str:
         if axis == m_axis and fold:
@@ -130,26 +132,28 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     out = single_output(plan, k)
     dom = g.nodes[out].axes
     m0 = g.nodes[mms[0]]
-    if len(dom) < 2 or any(g.nodes[mm].axes != dom[:len(g.nodes[mm].axes)] or
-                           g.nodes[mm].axes != dom for mm in mms):
+    if not dom or any(g.nodes[mm].axes != dom for mm in mms):
         raise LoweringError(f"kernel {k}'s matmuls do not share its domain", path=f"kernels[{k}]")
     a_node, b_node = m0.args
     if m0.axis != r or m0.axis_b != r:
         raise LoweringError(f"kernel {k}'s matmul does not contract the streamed axis {r!r}",
                             path=f"kernels[{k}]")
-    batch_axes, m_axis, n_axis = dom[:-2], dom[-2], dom[-1]
+    # a vector times a matrix ([k] @ [k, n], e.g. a LayerNorm's beta @ W) is one row
+    vector = len(dom) == 1
+    batch_axes, m_axis, n_axis = ((), None, dom[0]) if vector else (dom[:-2], dom[-2], dom[-1])
+    row_axes = batch_axes + (() if vector else (m_axis,))
     a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
     if plan.owner(b_node) == k:
         raise LoweringError(f"kernel {k} computes the B operand in its prologue (only A "
                             "prologues are supported)", path=f"kernels[{k}]")
-    if a_axes != batch_axes + (m_axis, r):
+    if a_axes != row_axes + (r,):
         raise LoweringError(f"kernel {k}: A operand axes {list(a_axes)} are not "
-                            f"[{', '.join(batch_axes + (m_axis, r))}]", path=f"kernels[{k}]")
+                            f"[{', '.join(row_axes + (r,))}]", path=f"kernels[{k}]")
     layout, b_lead = _b_layout(b_axes, batch_axes, r, n_axis, k)
     fold_batch = b_lead == 0 and batch_axes != ()
     batch = 1 if fold_batch else axes_prod(g, batch_axes)
     b_batch = None if fold_batch or b_lead == len(batch_axes) else axes_prod(g, batch_axes[:b_lead])
-    m = axes_prod(g, batch_axes + (m_axis,)) if fold_batch else g.size(m_axis)
+    m = axes_prod(g, row_axes) if fold_batch or vector else g.size(m_axis)
     n, kk = g.size(n_axis), g.size(r)
     env = {mms[0]: "{acc}"}
     b2 = None
@@ -170,7 +174,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
         sq = rd.args[0]
         if not (rd.fn == "sum" and rd.axis == r and g.nodes[sq].op == "square" and
                 g.nodes[sq].args[0] == a_node and plan.owner(sq) == k and
-                rd.axes == batch_axes + (m_axis,)):
+                rd.axes == row_axes):
             raise LoweringError(f"kernel {k}'s reduction is not the A rows' sum of squares",
                                 path=f"kernels[{k}]")
         sumsq = True
@@ -185,10 +189,10 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
         field = "{" + tensor_name(a) + "}"
         in_pro = any(c in pro_nodes for c in readers[a])
         in_epi = any(c not in pro_nodes for c in readers[a])
-        if axes == batch_axes + (m_axis,):
+        if axes == row_axes and not vector:
             row_inputs.append(a)
             env[a] = pro_env[a] = field
-        elif in_pro and not in_epi and axes == batch_axes + (m_axis, r):
+        elif in_pro and not in_epi and axes == row_axes + (r,):
             a_inputs.append(a)
             pro_env[a] = field
         elif in_pro and not in_epi and axes == (r,):
