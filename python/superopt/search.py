@@ -51,11 +51,11 @@ from .run.records import Comparison, PeerResult, TimingConfig
 # -- estimate and planning --------------------------------------------------------------------
 
 def kernel_bytes(match: PlanMatch, kl: KernelLowering) -> int:
-    """Bytes kernel ``kl`` must move: each tensor it reads once, its output written once."""
+    """Bytes kernel ``kl`` must move: each tensor it reads once, each output written once."""
     plan, dtype = match.plan, match.dtype
     g = plan.graph
     total = 0
-    for nid in [*(nid for nid, _ in kl.params), kl.output]:
+    for nid in [*(nid for nid, _ in kl.params), *(nid for nid, _ in kl.outputs)]:
         total += math.prod(g.shape(nid)) * itemsize(storage_dtype(plan, nid, dtype))
     return total
 
@@ -293,7 +293,9 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         results = run_candidates(graph, [c.candidate() for c in plans.candidates], dtype=dtype,
                                  device=device, budget_s=budget_s, progress=progress,
                                  session=session, timing=timing, stats=stats)
-        peer_results = session.peers() if peers else []
+        # with a final comparison the peers are only checked here: their times come from
+        # the interleaved rounds, never from a pass timed after ours
+        peer_results = session.peers(time_it=not (final_rounds and results)) if peers else []
         lead = [r for r in results if r.status == "ok"][:leaders]
         good = [p.name for p in peer_results if p.status == "ok"]
         notes = []
