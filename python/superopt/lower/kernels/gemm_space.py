@@ -124,7 +124,7 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
     larger than the problem. When the tiles take more than one wave, each shape
     also comes with a rasterisation swizzle and as a persistent kernel. Ordered by
     :func:`gemm_cost_clk`, ties broken towards concat duals, a rasterisation swizzle,
-    more stages and smaller tiles.
+    C in its own tile (over ``c_alias``), more stages and smaller tiles.
 
     Args:
         spec: the GEMM.
@@ -174,9 +174,10 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
             cands[cfg] = None
 
     def key(c: GemmConfig) -> tuple:
+        # (at equal cost, C in its own tile first: its epilogue is the measured one)
         return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
-                -c.cluster_m, -c.swizzle_panel, -c.stages, c.block_m * c.block_n, c.block_k,
-                c.threads, c.block_m, c.block_n, c.persistent, c.c_alias)
+                -c.cluster_m, -c.swizzle_panel, c.c_alias, -c.stages, c.block_m * c.block_n,
+                c.block_k, c.threads, c.block_m, c.block_n, c.persistent)
 
     ordered = sorted(cands, key=key)
     return ordered if limit is None else ordered[:limit]
