@@ -14,7 +14,7 @@ import torch
 
 from superopt import errors, wire
 from superopt.derive import derive_all
-from superopt.dsl import DagBuilder
+from superopt.dsl import DagBuilder, softmax_subdag
 from superopt.graphs import load_graph
 from superopt.ir.ops import UNARY
 from superopt.ir.semantics import evaluate, random_inputs, relative_error
@@ -164,3 +164,42 @@ def test_relative_error_compares_nonfinite_patterns():
     assert relative_error(np.array([1.0, 0.0, math.nan, 2.0]), ref) == math.inf
     t = torch.tensor([1.0, -math.inf, math.nan, 2.1], dtype=torch.float64)
     assert relative_error(t, torch.from_numpy(ref)) == pytest.approx(0.1 / math.sqrt(5))
+
+
+@pytest.mark.parametrize("spec, sizes, want", [
+    ("llama3_attention.py:llama3_attention",
+     {"b": 1, "g": 2, "r": 2, "t_q": 16, "t_kv": 16, "d_h": 8}, (4, 2, True, (None, 0))),
+    ("llama3_attention.py:llama3_attention",  # fewer queries than keys: aligned at the end
+     {"b": 1, "g": 2, "r": 2, "t_q": 8, "t_kv": 16, "d_h": 8}, (4, 2, True, (None, 0))),
+    ("mistral_sliding_window_attention.py:mistral_sliding_window_attention",
+     {"b": 1, "g": 2, "r": 2, "t_q": 16, "t_kv": 16, "d_h": 8, "window": 4},
+     (4, 2, False, (3, 0))),
+    ("llama3_decode_attention.py:llama3_decode_attention",
+     {"b": 2, "g": 2, "r": 2, "t_kv": 16, "d_h": 8}, (8, 4, False, (None, None))),
+])
+def test_attention_peers_see_scale_masks_and_gqa(spec, sizes, want):
+    """The vendor peers apply to attention written as models write it, and SDPA with the
+    pattern's mask and GQA computes the graph (math backend, CPU, fp32)."""
+    from superopt.ir.patterns import attention_pattern
+    from superopt.run import peers
+
+    g = load_graph(str(MODELS / spec), sizes)
+    p = attention_pattern(g)
+    assert (p.heads, p.kv_heads, p.causal, p.window()) == want
+    assert p.scale == pytest.approx(1 / math.sqrt(8))
+    assert {"SDPA cuDNN", "SDPA flash", "FA4"} <= set(peer_names(g))
+    x = random_inputs(g, 4, dtype=torch.float32)
+    ref = evaluate(g, {k: v.double() for k, v in x.items()})
+    out = peers._sdpa(g, p, "MATH")(*[x[n] for n, _ in g.inputs])
+    assert relative_error(out, ref) < 1e-5
+
+
+def test_attention_pattern_refuses_a_band_over_other_axes_and_a_finite_fill():
+    from superopt.ir.patterns import attention_pattern
+
+    b = DagBuilder("a", [("t_q", 4), ("t_kv", 4), ("d", 2)])
+    q, k, v = b.input("Q", ["t_q", "d"]), b.input("K", ["t_kv", "d"]), b.input("V", ["t_kv", "d"])
+    s = b.matmul(q, k, "d", "d")
+    x = b.select(b.band("t_q", "t_kv", lo=0), s, b.const(-1e4))  # not −inf: not a mask
+    b.output(b.matmul(softmax_subdag(b, x, "t_kv"), v, "t_kv", "t_kv"))
+    assert attention_pattern(b.build()) is None

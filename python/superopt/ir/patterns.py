@@ -60,20 +60,40 @@ def gemm_pattern(graph: Graph) -> GemmPattern | None:
 
 @dataclass(frozen=True)
 class AttentionPattern:
-    """The graph is ``O = softmax_{t_kv}(c · Q @_d K) @_{t_kv} V`` over inputs Q, K, V that
-    share their batch axes (in the same order, leading), with the output ``[batch..., t_q,
-    d_v]``: what ``scaled_dot_product_attention(Q, K, V, scale=c)`` computes on the views
-    ``[1, heads, t, d]`` (``heads`` = the product of the batch axes)."""
+    """The graph is ``O = softmax_{t_kv}(mask(c · Q @_d K)) @_{t_kv} V`` over inputs Q, K, V,
+    output ``[q batch..., t_q, d_v]``: what ``scaled_dot_product_attention`` computes on the
+    views ``[1, heads, t, d]``. K and V share their batch axes, which are a prefix of Q's
+    (grouped-query attention: each K/V head serves the ``heads / kv_heads`` query heads
+    after it, the layout SDPA's ``enable_gqa`` and FlashAttention assume). ``lo``/``hi``:
+    the band mask ``lo ≤ i − j ≤ hi`` of a ``select(band(t_q, t_kv, lo, hi), ·, −∞)``
+    (``masked`` False: no mask)."""
 
     q: NodeId
     k: NodeId
     v: NodeId
     heads: int
+    kv_heads: int
     t_q: int
     t_kv: int
     d: int
     d_v: int
     scale: float
+    masked: bool = False
+    lo: int | None = None
+    hi: int | None = None
+
+    @property
+    def causal(self) -> bool:
+        """A causal mask aligned at the end (query i sees keys j ≤ i + t_kv − t_q)."""
+        return self.masked and self.lo == self.t_q - self.t_kv and self.hi is None
+
+    def window(self) -> tuple[int | None, int | None]:
+        """The band as FlashAttention's ``window_size=(left, right)``: key j is seen iff
+        ``i + δ − left ≤ j ≤ i + δ + right`` with ``δ = t_kv − t_q`` (``None``: unbounded)."""
+        delta = self.t_kv - self.t_q
+        right = None if self.lo is None else -self.lo - delta
+        left = None if self.hi is None else self.hi + delta
+        return left, right
 
 
 def _scaled_scores(graph: Graph, x: NodeId) -> tuple[NodeId, float] | None:
@@ -87,6 +107,22 @@ def _scaled_scores(graph: Graph, x: NodeId) -> tuple[NodeId, float] | None:
             if graph.nodes[s].op == "matmul" and cn.op == "const" and \
                     math.isfinite(cn.value) and cn.value > 0:
                 return s, float(cn.value)
+    return None
+
+
+def _masked_scores(graph: Graph, x: NodeId, t_q: str, t_kv: str):
+    """``x`` as ``select(band(t_q, t_kv, lo, hi), scores, −∞)``: ``(scores, lo, hi)``."""
+    n = graph.nodes[x]
+    if n.op != "select":
+        return None
+    c, s, y = n.args
+    cn, yn = graph.nodes[c], graph.nodes[y]
+    if cn.op != "band" or yn.op != "const" or yn.value != -math.inf:
+        return None
+    if (cn.axis, cn.axis_b) == (t_q, t_kv):
+        return s, cn.lo, cn.hi
+    if (cn.axis, cn.axis_b) == (t_kv, t_q):  # lo ≤ j − i ≤ hi is −hi ≤ i − j ≤ −lo
+        return s, (None if cn.hi is None else -cn.hi), (None if cn.lo is None else -cn.lo)
     return None
 
 
@@ -108,7 +144,14 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     if en.op != "exp" or not (zn.op == "reduce" and zn.fn == "sum" and zn.axis == t_kv
                               and zn.args == (e,)):
         return None
-    scored = _scaled_scores(g, en.args[0])
+    x = en.args[0]
+    xa = g.nodes[x].axes  # the scores [batch..., t_q, t_kv]: t_q is the axis before t_kv
+    if t_kv not in xa or xa.index(t_kv) == 0:
+        return None
+    mask = _masked_scores(g, x, xa[xa.index(t_kv) - 1], t_kv)
+    if mask is not None:
+        x = mask[0]
+    scored = _scaled_scores(g, x)
     if scored is None:
         return None
     s, scale = scored
@@ -121,11 +164,17 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     if len(qa) < 2 or qa[-1] != d or ka[-1] != d or len(va) < 2:
         return None
     batch, t_q = qa[:-2], qa[-2]
+    kv_batch = ka[:-2]
     d_v = va[-1]
-    if ka != (*batch, t_kv, d) or va != (*batch, t_kv, d_v) or o.axes != (*batch, t_q, d_v):
+    if batch[:len(kv_batch)] != kv_batch or ka != (*kv_batch, t_kv, d) or \
+            va != (*kv_batch, t_kv, d_v) or o.axes != (*batch, t_q, d_v):
         return None
     if len({t_q, t_kv, d, d_v} | set(batch)) != len(batch) + 4 - (d == d_v):
         return None
+    if mask is not None and _masked_scores(g, en.args[0], t_q, t_kv) is None:
+        return None  # the band is over other axes than this attention's
     heads = math.prod(g.size(x) for x in batch)
-    return AttentionPattern(q, k, v, heads, g.size(t_q), g.size(t_kv), g.size(d), g.size(d_v),
-                            scale)
+    kv_heads = math.prod(g.size(x) for x in kv_batch)
+    lo, hi = (mask[1], mask[2]) if mask is not None else (None, None)
+    return AttentionPattern(q, k, v, heads, kv_heads, g.size(t_q), g.size(t_kv), g.size(d),
+                            g.size(d_v), scale, mask is not None, lo, hi)

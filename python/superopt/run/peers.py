@@ -13,10 +13,14 @@ and the vendor paths where the graph's *structure* is a known pattern (:mod:`sup
 patterns`):
 
 * a plain GEMM (one matmul of two inputs): ``cuBLAS`` (``torch.matmul`` on strided views);
-* attention (``softmax_{t_kv}(Q @_d K · c) @_{t_kv} V``, any batch axes): ``SDPA cuDNN``,
-  ``SDPA flash`` (``scaled_dot_product_attention`` with that one backend, ``scale = c``),
+* attention (``softmax_{t_kv}(mask(Q @_d K · c)) @_{t_kv} V``, any batch axes, K/V heads
+  shared by groups of query heads, a band mask such as causal or a sliding window):
+  ``SDPA cuDNN``, ``SDPA flash`` (``scaled_dot_product_attention`` with that one backend,
+  ``scale = c``, ``enable_gqa``, ``is_causal`` / ``causal_lower_right`` / the boolean band),
   and ``FA4`` (FlashAttention-4's CuTe DSL forward, ``flash_attn.cute.flash_attn_func``,
-  native ``[batch, seq, heads, dim]`` layout), which is ``absent`` where not installed.
+  native ``[batch, seq, heads, dim]`` layout and GQA, ``causal`` / ``window_size``), which is
+  ``absent`` where not installed. A backend that cannot run a case fails its check and is
+  recorded so.
 
 Every peer is a callable on the graph's inputs in the graph's input order, returning the
 output. :func:`run_peer` checks one against the float64 reference and times it; any failure
@@ -129,11 +133,33 @@ def _cublas(graph: Graph, p: GemmPattern) -> Callable[..., torch.Tensor]:
 
 
 def _sdpa_views(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]):
-    """Q, K, V as ``[1, heads, t, d]`` views (batch axes flattened into heads)."""
+    """Q as ``[1, heads, t_q, d]``, K and V as ``[1, kv_heads, t_kv, d]`` (batch axes flattened:
+    query head ``h`` reads K/V head ``h // (heads / kv_heads)``, GQA's layout)."""
     pos = {nid: i for i, nid in enumerate(graph.input_ids)}
     q, k, v = (args[pos[p.q]], args[pos[p.k]], args[pos[p.v]])
-    return (q.reshape(1, p.heads, p.t_q, p.d), k.reshape(1, p.heads, p.t_kv, p.d),
-            v.reshape(1, p.heads, p.t_kv, p.d_v))
+    return (q.reshape(1, p.heads, p.t_q, p.d), k.reshape(1, p.kv_heads, p.t_kv, p.d),
+            v.reshape(1, p.kv_heads, p.t_kv, p.d_v))
+
+
+def _sdpa_mask(graph: Graph, p: AttentionPattern, device) -> dict:
+    """SDPA's keyword arguments for the mask: none, ``is_causal`` (aligned at the start, so
+    only for t_q = t_kv), ``causal_lower_right`` (aligned at the end) or the boolean band."""
+    if not p.masked:
+        return {}
+    if p.causal and p.t_q == p.t_kv:
+        return {"is_causal": True}
+    if p.causal:
+        from torch.nn.attention.bias import causal_lower_right
+
+        return {"attn_mask": causal_lower_right(p.t_q, p.t_kv)}
+    i = torch.arange(p.t_q, device=device)[:, None]
+    j = torch.arange(p.t_kv, device=device)[None, :]
+    ok = torch.ones(p.t_q, p.t_kv, dtype=torch.bool, device=device)
+    if p.lo is not None:
+        ok &= (i - j) >= p.lo
+    if p.hi is not None:
+        ok &= (i - j) <= p.hi
+    return {"attn_mask": ok}
 
 
 def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[..., torch.Tensor]:
@@ -141,11 +167,18 @@ def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[...,
 
     backend = getattr(SDPBackend, backend_name)
     shape = graph.output_shape
+    cached: dict = {}  # the mask, built on the first call's device
 
     def sdpa(*args: torch.Tensor) -> torch.Tensor:
         q, k, v = _sdpa_views(graph, p, args)
+        if "kw" not in cached:
+            kw = _sdpa_mask(graph, p, q.device)
+            if p.kv_heads != p.heads:
+                kw["enable_gqa"] = True
+            cached["kw"] = kw
+        kw = cached["kw"]
         with sdpa_kernel([backend]):
-            o = F.scaled_dot_product_attention(q, k, v, scale=p.scale)
+            o = F.scaled_dot_product_attention(q, k, v, scale=p.scale, **kw)
         return o.reshape(shape)
     return sdpa
 
@@ -154,10 +187,15 @@ def _fa4(graph: Graph, p: AttentionPattern) -> Callable[..., torch.Tensor]:
     from flash_attn.cute import flash_attn_func  # absent where not installed
 
     shape = graph.output_shape
+    kw: dict = {}
+    if p.causal:
+        kw["causal"] = True
+    elif p.masked:
+        kw["window_size"] = p.window()
 
     def fa4(*args: torch.Tensor) -> torch.Tensor:
         q, k, v = (t.transpose(1, 2) for t in _sdpa_views(graph, p, args))  # [1, t, h, d]
-        out = flash_attn_func(q, k, v, softmax_scale=p.scale)
+        out = flash_attn_func(q, k, v, softmax_scale=p.scale, **kw)
         o = out[0] if isinstance(out, tuple) else out
         return o.transpose(1, 2).reshape(shape)
     return fa4
