@@ -297,8 +297,9 @@ class _SignalStop:
     (:func:`superopt.run.pool.stop`, safe in a handler: no lock, no wait) and raises
     :class:`~superopt.errors.Interrupted` in the main thread, which unwinds to :func:`main`
     (the planning loop and the engine also see the stop between candidates). A second
-    signal while that unwinds exits at once: it kills the workers again, prints the line if
-    :func:`main` has not yet, and leaves with ``os._exit``.
+    signal while that unwinds exits at once: it kills the workers again and reaps them (at
+    most a second), prints the line if :func:`main` has not yet, and leaves with
+    ``os._exit``.
     """
 
     def __init__(self) -> None:
@@ -316,6 +317,7 @@ class _SignalStop:
         if self.signum is None:
             self.signum = signum
             raise Interrupted(signum)
+        self.reap_workers(timeout_s=1.0)
         status, line = STOP_SIGNALS.get(self.signum, STOP_SIGNALS[signal.SIGINT])
         if not self.reported:
             self.reported = True

@@ -71,6 +71,8 @@ def describe_exit(returncode: int | None) -> str:
 _LIVE: dict[int, "WorkerProcess"] = {}
 #: Set by :func:`kill_all_workers`: no worker starts until :func:`allow_workers`.
 _STOPPING = False
+#: One token per ``Popen`` under way (:meth:`WorkerProcess._spawn`), for :func:`reap_workers`.
+_SPAWNING: set[object] = set()
 
 
 def kill_all_workers() -> int:
@@ -98,6 +100,8 @@ def reap_workers(timeout_s: float = 1.0) -> list[int]:
     :func:`kill_all_workers`) and reap them, so that none is left behind as a zombie or an
     orphan, and remove their logs; returns the pids still running at the deadline."""
     deadline = time.monotonic() + timeout_s
+    while _SPAWNING and time.monotonic() < deadline:  # a worker being started is killed by
+        time.sleep(0.005)                             # its helper thread, once registered
     left = []
     for pid, w in list(_LIVE.items()):
         while w.proc.poll() is None and time.monotonic() < deadline:
@@ -205,6 +209,8 @@ class WorkerProcess:
         every started worker is one that :func:`kill_all_workers` kills (the helper kills
         its own child if the stop came first)."""
         box: dict[str, BaseException] = {}
+        token = object()
+        _SPAWNING.add(token)
 
         def spawn() -> None:
             try:
@@ -223,9 +229,16 @@ class WorkerProcess:
             finally:
                 os.close(log_fd)
                 child.close()
+                _SPAWNING.discard(token)
 
         t = threading.Thread(target=spawn, name="superopt-spawn", daemon=True)
-        t.start()
+        try:
+            t.start()
+        except BaseException:
+            _SPAWNING.discard(token)
+            os.close(log_fd)
+            child.close()
+            raise
         while t.is_alive():
             t.join(POLL_S)
         if "error" in box:
