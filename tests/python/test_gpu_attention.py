@@ -157,7 +157,15 @@ def _run_kernel(spec, cfg, q, k, v):
     mod = tl.import_module_file(path, name=f"gpu_attn_{abs(hash(text))}")
     kern = tl.compile_kernel(mod.build_attention(), target=tl.SM90A)
     o = torch.full((spec.batch, spec.tq, spec.dv), float("nan"), dtype=q.dtype, device="cuda")
-    kern(q, k, v, o)
+    splits = cfg.for_spec(spec).splits
+    if splits > 1:  # split-KV: fp32 partials, then the combine kernel writes O
+        part = torch.full((splits, spec.batch, spec.tq, spec.dv), float("nan"), device="cuda")
+        m, a = (torch.full((splits, spec.batch, spec.tq), float("nan"), device="cuda")
+                for _ in range(2))
+        kern(q, k, v, part, m, a)
+        tl.compile_kernel(mod.build_attention_combine(), target=tl.SM90A)(part, m, a, o)
+    else:
+        kern(q, k, v, o)
     torch.cuda.synchronize()
     return o
 

@@ -38,6 +38,7 @@ import torch
 from superopt.derive import derive_all
 from superopt.dsl import build_graph_with_output, rms_norm_subdag
 from superopt.lower import config_space, lower_plan, module_source, write_module
+from superopt.lower.match import lowerable, match_plan
 from superopt.ir.semantics import evaluate
 from superopt.workloads import WORKLOADS
 
@@ -97,33 +98,52 @@ def _builds() -> list[Build]:
 
 
 def _pick(graph, dtype: str, variant: str):
-    """(plan, flat config) for one variant name (see :func:`_builds`)."""
-    ds = derive_all(graph)
+    """(matched plan, flat config) for one variant name (see :func:`_builds`)."""
+    from superopt.search import estimate_us
+
+    ms = [match_plan(d.plan, dtype) for d in derive_all(graph) if lowerable(d.plan, dtype)]
     kind, _, arg = variant.partition(":")
-    if kind == "literal":
-        plan = ds[0].plan
-        return plan, config_space(plan, dtype, limit=1)[0]
-    if kind == "best":
-        from superopt.search import estimate_us
-        d = min(ds, key=lambda x: estimate_us(x.plan, dtype))
-        return d.plan, config_space(d.plan, dtype, limit=1)[0]
-    if kind == "kernels":
-        n = min(len(d.plan.kernels) for d in ds) if arg == "min" else int(arg)
-        d = next(d for d in ds if len(d.plan.kernels) == n)
-        return d.plan, config_space(d.plan, dtype, limit=1)[0]
-    if kind == "stabilised-unfused":
-        d = next(d for d in ds if len(d.plan.kernels) > 1 and any(
-            n.op == "reduce" and n.fn == "max" for n in d.plan.graph.nodes))
-        return d.plan, config_space(d.plan, dtype, limit=1)[0]
-    if kind == "online":
-        d = next(d for d in ds if len(d.plan.kernels) == 1 and d.plan.kernels[0].online)
+    if kind == "literal":  # the lowerable plan closest to the literal graph: most kernels
+        m = max(ms, key=lambda m: len(m.plan.kernels))
+    elif kind == "best":
+        m = min(ms, key=estimate_us)
+    elif kind == "kernels":
+        n = min(len(m.plan.kernels) for m in ms) if arg == "min" else int(arg)
+        m = next(m for m in ms if len(m.plan.kernels) == n)
+    elif kind == "stabilised-unfused":
+        m = next(m for m in ms if len(m.plan.kernels) > 1 and any(
+            n.op == "reduce" and n.fn == "max" for n in m.plan.graph.nodes))
+    elif kind == "online":
+        m = next(m for m in ms if len(m.plan.kernels) == 1 and m.plan.kernels[0].online)
         schedule, _, block_n = arg.partition(":")
-        for cfg in config_space(d.plan, dtype, limit=64):
+        for cfg in config_space(m, limit=64):
             if cfg["k0.schedule"] == schedule and (not block_n or
                                                    cfg["k0.block_n"] == int(block_n)):
-                return d.plan, cfg
+                return m, cfg
         raise LookupError(f"no {variant} configuration for {graph.sizes}")
-    raise ValueError(variant)
+    else:
+        raise ValueError(variant)
+    return m, config_space(m, limit=1)[0]
+
+
+def lower_builds(directory) -> dict[str, list[tuple[str, object, dict | None, str | None]]]:
+    """Every build's variants lowered to module files under ``directory`` (no GPU needed):
+    key → ``[(label, LoweredModule or None, config, error)]``; ``test_numerics.py`` runs it
+    on the CPU so that these cases keep lowering as the API moves."""
+    out: dict[str, list] = {}
+    for b in _builds():
+        out[b.key] = []
+        for v in b.variants:
+            label = f"{b.key}/{v}"
+            try:
+                m, cfg = _pick(b.graph, b.dtype, v)
+                mod = lower_plan(m, cfg, header=f"test_gpu_numerics {label}",
+                                 directory=directory)
+            except Exception as e:  # noqa: BLE001 - reported by the test that needs it
+                out[b.key].append((label, None, None, f"lowering failed: {type(e).__name__}: {e}"))
+                continue
+            out[b.key].append((label, mod, cfg, None))
+    return out
 
 
 @dataclass
@@ -142,20 +162,15 @@ def modules(tmp_path_factory) -> dict[str, list[Built]]:
     directory = tmp_path_factory.mktemp("gpu_numerics_modules")
     out: dict[str, list[Built]] = {}
     cands, where = [], []
-    for b in _builds():
-        out[b.key] = []
-        for v in b.variants:
-            label = f"{b.key}/{v}"
-            try:
-                plan, cfg = _pick(b.graph, b.dtype, v)
-                mod = lower_plan(plan, cfg, dtype=b.dtype, header=f"test_gpu_numerics {label}",
-                                 directory=directory)
-            except Exception as e:  # noqa: BLE001 - reported by the test that needs it
-                out[b.key].append(Built(label, "", f"lowering failed: {type(e).__name__}: {e}"))
+    for key, lowered in lower_builds(directory).items():
+        out[key] = []
+        for label, mod, cfg, error in lowered:
+            if error is not None:
+                out[key].append(Built(label, "", error))
                 continue
-            out[b.key].append(Built(label, str(mod.path)))
+            out[key].append(Built(label, str(mod.path)))
             cands.append(Candidate(label, label, cfg, str(mod.path), mod.source_hash))
-            where.append(out[b.key][-1])
+            where.append(out[key][-1])
     workers = max(1, min(len(cands), (os.cpu_count() or 2) - 1))
     outcomes = compile_candidates(cands, workers, device="cuda", timeout_s=1200.0)
     for i, built in enumerate(where):
@@ -481,8 +496,8 @@ def test_contraction_over_an_empty_axis_is_zero(modules, isolated, key):
 def test_empty_batch_launches_nothing(isolated, tmp_path):
     """m = 0: the module has no kernel; the launcher checks its arguments and returns."""
     g = WORKLOADS["matmul"].build(m=0, d=64, n=64)
-    plan = derive_all(g)[0].plan
-    mod = write_module(module_source(plan, [None] * len(plan.kernels)), tmp_path)
+    m = match_plan(derive_all(g)[0].plan, "float16")
+    mod = write_module(module_source(m, [None] * len(m.kernels)), tmp_path)
     built = Built("matmul-m0/empty", str(mod.path))
     res = isolated.launch(built, {"X": np.zeros((0, 64)), "W": np.ones((64, 64))}, "float16")
     assert res["error"] is None and res["out"].shape == (0, 64)

@@ -992,6 +992,11 @@ def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg
             assert f"bx_t < {-(-spec.n // cfg.block_n)}" in src
     if cfg.block_h:  # the h tiles, acc kept across them; the last tile's columns guarded
         assert re.search(rf"for \(int hs = 0; hs < {-(-spec.f // ht)}; \+\+hs\)", cuda)
+        # acc is cleared once, at the first h tile (a clear written before the loop was
+        # moved into every iteration by the warp specialisation: wrong on the H200)
+        assert cuda.count("*(float4*)(acc + (") == 1
+        assert re.search(r"if \(hs == 0\) \{\s*#pragma unroll\s*for \([^)]*\) \{\s*float "
+                         r"broadcast_var = [^;]*;\s*\*\(float4\*\)\(acc \+ \(", cuda)
         assert f"T.if_then_else((hs * {ht} + j) < {spec.f}," in src
     elif spec.f_tile != spec.f:
         assert f"T.if_then_else(j < {spec.f}," in src

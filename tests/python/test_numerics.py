@@ -148,3 +148,18 @@ def test_worker_rejects_the_unstable_plan_on_adversarial_inputs(tmp_path):
         bad = s.check(_candidate(tmp_path, "unstable", 8, 256), checks=2, time_it=False)
     assert ok.status == "ok", ok.error
     assert bad.status == "nan" and "adversarial inputs scaled" in bad.error, bad.error
+
+
+def test_the_gpu_numerics_cases_lower_on_the_cpu(tmp_path):
+    """Every derivation × configuration that ``test_gpu_numerics.py`` checks on the GPU lowers
+    here, so that its cases follow the lowering API (they went stale once, found only on
+    the H200)."""
+    from test_gpu_numerics import _builds, lower_builds
+
+    lowered = lower_builds(tmp_path)
+    assert set(lowered) == {b.key for b in _builds()}
+    failed = [(label, err) for rows in lowered.values() for label, _, _, err in rows if err]
+    assert not failed
+    n = sum(len(b.variants) for b in _builds())
+    assert sum(len(rows) for rows in lowered.values()) == n
+    assert all(mod.path.exists() for rows in lowered.values() for _, mod, _, _ in rows)

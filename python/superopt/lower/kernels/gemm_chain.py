@@ -117,9 +117,15 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
             for r in s.row_inputs:
                 e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
             if streamed:
-                e("T.clear(acc)")
+                # acc is cleared at the first h tile, inside the loop: TileLang 0.1.15's warp
+                # specialisation moves a T.clear(acc) written before the loop into the
+                # consumer's loop body, which cleared acc at every h tile (measured wrong on
+                # the H200, 2026-12-02; the CPU test reads the CUDA C for the guard)
                 e(f"for hs in T.serial({h_steps}):")
                 e.indent()
+                e("if hs == 0:")
+                with e.indent():
+                    e("T.clear(acc)")
             e("T.clear(acc1)")
             e(f"for ko in T.Pipelined({ceil_div(s.k, bk)}, num_stages={c.stages}):")
             with e.indent():
