@@ -34,6 +34,7 @@ from typing import Any, Sequence
 from .derive.derivation import Derivation, Derived
 from .derive.enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, enumerate_derivations,
                                 replay)
+from .derive.plan import stored_by_every_plan
 from .dtypes import dtype_name, itemsize, storage_dtype as _storage
 from .errors import DerivationError, Interrupted, LoweringError, SuperoptError, from_exception
 from .ir.dag import Graph
@@ -288,7 +289,8 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     by_id = {c.id: c for c in plans.candidates}
     stats: dict[str, Any] = {}
     comparison = None
-    with Session(graph, dtype=dtype, device=device, timing=timing) as session:
+    stored = stored_by_every_plan(graph, [m.plan for _, m in plans.matched])
+    with Session(graph, dtype=dtype, device=device, timing=timing, stored=stored) as session:
         env = session.environment()
         results = run_candidates(graph, [c.candidate() for c in plans.candidates], dtype=dtype,
                                  device=device, budget_s=budget_s, progress=progress,

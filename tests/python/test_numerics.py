@@ -150,6 +150,70 @@ def test_worker_rejects_the_unstable_plan_on_adversarial_inputs(tmp_path):
     assert bad.status == "nan" and "adversarial inputs scaled" in bad.error, bad.error
 
 
+def swiglu_mlp_graph(t=64, d=256, f=1024, n=64):
+    b = DagBuilder("swiglu_mlp", [("t", t), ("d", d), ("f", f), ("n", n)])
+    x = b.input("X", ["t", "d"])
+    h = b.mul(b.silu(b.matmul(x, b.input("W_gate", ["d", "f"]), "d", "d")),
+              b.matmul(x, b.input("W_up", ["d", "f"]), "d", "d"))
+    b.output(b.matmul(h, b.input("W_down", ["f", "n"]), "f", "f"))
+    return b.build()
+
+
+def test_a_value_every_plan_stores_in_16_bits_is_kept_in_range():
+    """An MLP's hidden activation h = silu(X Wg) * (X Wu) is stored in 16 bits by every plan
+    (in global memory, or in shared memory as the down projection's operand): the scaled
+    set that overflowed it made every candidate fail (llama3_mlp on the H200, 2026-12-02).
+    With h kept in range, no intermediate is left that a plan could keep wider: no set."""
+    from superopt.derive import derive_all
+    from superopt.derive.plan import stored_by_every_plan
+    from superopt.lower.match import lowerable
+
+    g = swiglu_mlp_graph()
+    h = next(i for i, n in enumerate(g.nodes) if n.op == "mul")
+    plans = [d.plan for d in derive_all(g) if lowerable(d.plan)]
+    assert len(plans) > 1
+    assert stored_by_every_plan(g, plans) == {h}
+    loose = adversarial_sets(g, "float16")
+    assert loose and all(s.why.startswith(f"node {h} (mul)") for s in loose)
+    assert adversarial_sets(g, "float16", stored={h}) == []
+    from superopt.run.session import Session  # the search passes the set to its worker
+    with Session(g, dtype="float16", device="cpu", stored={h}) as s:
+        assert s.input_sets() == []
+    with Session(g, dtype="float16", device="cpu") as s:
+        assert [n for n, _ in s.input_sets()] == [x.name for x in loose]
+
+
+def test_what_a_stable_plan_keeps_on_chip_is_not_stored_by_every_plan():
+    """Softmax: the literal plan stores exp(S) and its sum, the row-fused one neither: both stay
+    free to overflow, so the unstable plan is still caught."""
+    from superopt.derive import derive_all
+    from superopt.derive.plan import stored_by_every_plan
+    from superopt.lower.match import lowerable
+
+    g = softmax_graph()
+    plans = [d.plan for d in derive_all(g) if lowerable(d.plan)]
+    literal = next(p for p in plans if p.graph.value_keys() == g.value_keys() and
+                   len(p.kernels) == 3)  # exp, sum, div: one kernel each
+    e = next(i for i, n in enumerate(g.nodes) if n.op == "exp")
+    total = next(i for i, n in enumerate(g.nodes) if n.op == "reduce")
+    assert stored_by_every_plan(g, [literal]) == {e, total}
+    assert stored_by_every_plan(g, plans) == frozenset()
+    assert stored_by_every_plan(g, []) == frozenset()
+    assert [s.name.split()[0] for s in adversarial_sets(
+        g, "float16", stored=stored_by_every_plan(g, plans))] == ["scaled", "offset"]
+
+
+def test_value_keys_match_expressions_across_numberings():
+    from superopt.derive import derive_all
+
+    g = swiglu_mlp_graph()
+    keys = g.value_keys()
+    assert len(set(keys)) == len(keys)  # no two nodes compute the same expression
+    for d in derive_all(g):
+        pk = d.plan.graph.value_keys()
+        assert keys[g.outputs[0]] in pk  # every plan computes the same output expression
+
+
 def test_the_gpu_numerics_cases_lower_on_the_cpu(tmp_path):
     """Every derivation × configuration that ``test_gpu_numerics.py`` checks on the GPU lowers
     here, so that its cases follow the lowering API (they went stale once, found only on

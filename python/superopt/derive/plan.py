@@ -30,6 +30,7 @@ Owns: the plan structure and its canonical form. Imports only the IR.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Iterable
 
 from ..ir.dag import INLINE_LEAVES, LEAF_OPS, Axis, Graph, NodeId
 
@@ -132,6 +133,35 @@ class Plan:
         return (g.axes, nodes, g.outputs,
                 tuple((k.nodes, tuple(sorted(k.grid)), k.stream, k.online, k.shared)
                       for k in self.kernels))
+
+
+def stored_by_every_plan(graph: Graph, plans: Iterable[Plan]) -> frozenset[NodeId]:
+    """The computed, non-output nodes of ``graph`` whose value every plan of ``plans`` rounds
+    to the storage dtype, matched by expression (:meth:`~superopt.ir.dag.Graph.value_keys`),
+    not by node id: a kernel output read by a later kernel (written to global memory), or
+    an operand of a matmul (tensor cores take 16-bit operands, also on chip).
+
+    Such a value is in 16 bits in every program the search could pick (an MLP's hidden
+    activation, the operand of its down projection): its range is the graph's, not a plan's
+    instability, so :func:`superopt.ir.numerics.adversarial_sets` keeps it in range.
+    ``frozenset()`` for no plans.
+    """
+    keys = graph.value_keys()
+    common: set | None = None
+    for p in plans:
+        pg = p.graph
+        pkeys = pg.value_keys()
+        stored = {pkeys[n] for k in range(len(p.kernels)) for n in p.outputs(k)
+                  if n not in pg.outputs}
+        stored |= {pkeys[a] for k in p.kernels for n in k.nodes if pg.nodes[n].op == "matmul"
+                   for a in pg.nodes[n].args if pg.nodes[a].op not in LEAF_OPS}
+        common = stored if common is None else common & stored
+        if not common:
+            return frozenset()
+    if not common:
+        return frozenset()
+    return frozenset(i for i, n in enumerate(graph.nodes)
+                     if n.op not in LEAF_OPS and i not in graph.outputs and keys[i] in common)
 
 
 def initial_plan(graph: Graph) -> Plan:

@@ -339,6 +339,17 @@ class Graph:
                 stack.extend(self.nodes[i].args)
         return live
 
+    def value_keys(self) -> tuple[tuple, ...]:
+        """Per node, a hashable key of the value it computes: its op, attributes and axes and
+        the keys of its arguments (the expression tree, shared subtrees once). Two nodes of
+        two graphs over the same inputs have equal keys when they are the same expression,
+        whatever their numbering: a rewrite keeps the keys of the nodes it does not touch."""
+        keys: list[tuple] = []
+        for n in self.nodes:
+            keys.append((n.op, n.name, n.axis, n.axis_b, n.fn, n.value, n.lo, n.hi, n.axes,
+                         tuple(keys[a] for a in n.args)))
+        return tuple(keys)
+
     def with_sizes(self, **sizes: int) -> "Graph":
         """The same graph with some axis sizes rebound (shape inference runs again)."""
         unknown = sorted(set(sizes) - set(self._sizes))

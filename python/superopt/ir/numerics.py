@@ -15,7 +15,10 @@ For each family :func:`adversarial_sets` takes the smallest power of two (``2 â€
 some intermediate of the literal graph, evaluated in float64 on the drawn inputs, exceeds the
 storage dtype's largest finite value, while every output keeps its finite pattern and stays
 under half that value. A graph whose intermediates never leave the range before its output
-does (a plain GEMM) gets no adversarial set: there is nothing to be unstable about.
+does (a plain GEMM) gets no adversarial set: there is nothing to be unstable about. Values
+that every plan stores in 16 bits (``stored``: an MLP's hidden activation, which is always
+a 16-bit GEMM operand) are held in range like the outputs: their overflow is the model's,
+not a plan's, and a set that overflowed them would fail every candidate (and every peer).
 
 Owns: the adversarial families and the peak of every intermediate (:func:`node_peaks`).
 Imports the IR and :mod:`superopt.dtypes` only (numpy; torch when asked for a device).
@@ -24,7 +27,7 @@ Imports the IR and :mod:`superopt.dtypes` only (numpy; torch when asked for a de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import numpy as np
 
@@ -111,13 +114,17 @@ def _peak(x: Any, torch_mode: bool) -> tuple[float, int]:
 
 
 def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
-                     device: Any = None) -> list[InputSet]:
+                     device: Any = None,
+                     stored: Collection[NodeId] = frozenset()) -> list[InputSet]:
     """The adversarial input sets of ``graph`` for storage ``dtype`` (see the module
     docstring): at most one per family, ``[]`` when no intermediate can leave the range
     before an output does.
 
     ``device``: ``None`` evaluates on numpy (CPU, small graphs); a torch device evaluates
     there in float64 (the worker, at the graph's real sizes).
+    ``stored``: intermediates that every plan rounds to the storage dtype
+    (:func:`superopt.derive.plan.stored_by_every_plan`, e.g. an MLP's hidden activation):
+    they must stay in range like the outputs, since no plan could keep them wider.
     """
     d = _dtype(dtype)
     limit = d.largest
@@ -152,7 +159,10 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
             if any(peaks[o][1] != base[o][1] or peaks[o][0] * 2 > limit
                    for o in outputs if o in peaks):
                 break  # an output left its range (or its finite pattern) first
-            over = [(n, p) for n, (p, _) in peaks.items() if n not in outputs and p > limit]
+            if any(peaks[n][0] * 2 > limit for n in stored if n in peaks):
+                break  # so did a value every plan stores in 16 bits
+            over = [(n, p) for n, (p, _) in peaks.items()
+                    if n not in outputs and n not in stored and p > limit]
             if over:
                 n, p = max(over, key=lambda x: x[1])
                 found.append(InputSet(s.name, s.scales, s.offsets,

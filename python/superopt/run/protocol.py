@@ -61,10 +61,13 @@ def module_name_for(module_path: str | os.PathLike, source_hash: str = "") -> st
 
 @dataclass(frozen=True)
 class Setup:
-    """The graph (a :class:`superopt.ir.dag.Graph`) and storage dtype of a session."""
+    """The graph (a :class:`superopt.ir.dag.Graph`) and storage dtype of a session, and the
+    intermediates every plan stores in 16 bits (``stored``: node ids, kept in range by the
+    adversarial input sets, :func:`superopt.ir.numerics.adversarial_sets`)."""
 
     graph: Any
     dtype: str
+    stored: frozenset = frozenset()
 
 
 @dataclass(frozen=True)

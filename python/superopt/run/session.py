@@ -25,7 +25,7 @@ Owns: the worker's life across requests, the seeds, and the typed records it ret
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..dtypes import dtype_name, tolerance as default_tolerance
 from ..errors import NoCudaError
@@ -62,6 +62,9 @@ class Session:
         timing: :class:`~superopt.run.records.TimingConfig` for every timing here.
         seed: first check seed; every check draws the next one (fresh inputs per check).
         preload: modules the worker imports at start (default ``("tilelang",)`` on CUDA).
+        stored: node ids of ``graph`` that every plan stores in 16 bits
+            (:func:`superopt.derive.plan.stored_by_every_plan`), kept in range by the
+            adversarial input sets.
 
     Attributes:
         restarts: workers started after the first.
@@ -73,10 +76,11 @@ class Session:
     def __init__(self, graph: Any, *, dtype: Any = "float16", device: str = "cuda",
                  timing: TimingConfig | None = None, seed: int = 0,
                  preload: Sequence[str] | None = None, startup_timeout_s: float = 300.0,
-                 log_dir: str | None = None) -> None:
+                 log_dir: str | None = None, stored: Iterable[int] = ()) -> None:
         require_cuda(device)
         self.graph = graph
         self.dtype = dtype_name(dtype)
+        self.stored = frozenset(stored)
         self.device = str(device)
         self.timing = timing
         self.preload = tuple(preload) if preload is not None else (
@@ -106,7 +110,7 @@ class Session:
         w.start()
         self.starts += 1
         try:
-            reply = w.request(Setup(self.graph, self.dtype), self.startup_timeout_s)
+            reply = w.request(Setup(self.graph, self.dtype, self.stored), self.startup_timeout_s)
         except WorkerError as e:
             w.kill()
             raise WorkerStartError(f"worker setup failed: {e}") from None

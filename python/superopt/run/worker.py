@@ -61,6 +61,7 @@ class Worker:
         self.device = torch.device(device)
         self.graph: Any = None
         self.dtype_name: str | None = None
+        self.stored: frozenset = frozenset()  # node ids every plan stores in 16 bits
         self._rotation: tuple[list, list] | None = None
         self._adversarial: list | None = None  # superopt.ir.numerics.InputSet, per Setup
         self._adversarial_data: list | None = None  # (set, inputs, float64 reference)
@@ -179,6 +180,7 @@ class Worker:
 
         self.graph = req.graph
         self.dtype_name = dtype_name(req.dtype)
+        self.stored = req.stored
         self._rotation = None
         self._adversarial = self._adversarial_data = None
         return P.Reply(None)
@@ -190,7 +192,7 @@ class Worker:
             from ..ir.numerics import adversarial_sets
 
             self._adversarial = adversarial_sets(self.graph, self.dtype_name,
-                                                 device=self.device)
+                                                 device=self.device, stored=self.stored)
         return self._adversarial
 
     def on_InputSets(self, req: P.InputSets) -> P.Reply:
