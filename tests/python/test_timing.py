@@ -77,6 +77,54 @@ def test_flops_and_bytes_from_the_graph_at_reference_cases(workload):
     assert facts.min_bytes(g, "float32") == 2 * BYTES_FP16[workload]
 
 
+def _model(name: str, **sizes):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "models" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"facts_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)(**sizes)
+
+
+def _band_pairs(tq: int, tkv: int, lo, hi) -> int:
+    return sum(1 for i in range(tq) for j in range(tkv)
+               if (lo is None or i - j >= lo) and (hi is None or i - j <= hi))
+
+
+@pytest.mark.parametrize("name,sizes", [
+    ("llama3_attention", dict(t_q=96, t_kv=160)),       # causal, aligned at the end
+    ("mistral_sliding_window_attention", dict(t_q=200, t_kv=200, window=48)),
+])
+def test_flops_of_masked_attention_count_the_band(name, sizes):
+    """Both GEMMs of masked attention do only the band's share of work (the score GEMM's
+    masked entries are never needed; P is 0 there): the FLOPs (and the floor) of causal
+    attention are about half of the unmasked count, as FlashAttention counts them."""
+    g = _model(name, **sizes)
+    band = next(n for n in g.nodes if n.op == "band")
+    tq, tkv = g.size(band.axis), g.size(band.axis_b)
+    share = _band_pairs(tq, tkv, band.lo, band.hi) / (tq * tkv)
+    assert 0 < share < 1
+    mms = [i for i, n in enumerate(g.nodes) if n.op == "matmul"]
+    assert [facts.band_share(g, i) for i in mms] == [pytest.approx(share, abs=1e-12)] * 2
+    full = sum(2 * math.prod(g.shape(i)) * g.size(g.nodes[i].axis) for i in mms)
+    assert abs(facts.flops(g) - full * share) <= 2
+
+
+def test_a_mask_that_is_not_minus_inf_keeps_every_flop():
+    """select(band, S, 1.0) before exp keeps every score needed: no discount."""
+    from superopt.dsl import DagBuilder, softmax_subdag
+
+    b = DagBuilder("half_masked", [("h", 2), ("q", 64), ("k", 64), ("d", 32)])
+    q, k, v = (b.input(n, ["h", ax, "d"]) for n, ax in (("Q", "q"), ("K", "k"), ("V", "k")))
+    s = b.matmul(q, k, "d", "d")
+    x = b.select(b.band("q", "k", lo=0), s, b.const(1.0))
+    b.output(b.matmul(softmax_subdag(b, x, "k"), v, "k", "k"))
+    g = b.build()
+    assert facts.flops(g) == 2 * (2 * 2 * 64 * 64 * 32)
+
+
 def test_facts_do_not_depend_on_the_name():
     from superopt.ir.dag import Graph
     g = WORKLOADS["matmul"].graph()
