@@ -284,7 +284,7 @@ def centredBiasMatmulGraph : Except GraphError Graph :=
 /-- A registered graph at its reference case, or one of the test graphs above. -/
 def testGraph? (name : String) : Option (Except GraphError Graph) :=
   match workloadByName? name with
-  | some w => some (w.graphWithCase [])
+  | some w => some (w.build w.referenceCase)
   | none =>
     if name == "gelu_mlp_chain" then some geluMlpChainGraph
     else if name == "llama3_mlp" then some llama3MlpGraph

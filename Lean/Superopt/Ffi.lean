@@ -21,7 +21,7 @@ One request in, one response out, both msgpack bytes (docs/wire.md). `bridgeCall
 
 The request is borrowed (`@&`); the C side copies the response into a fresh `ByteArray`.
 Python failures (an exception in `handle`, an interpreter that cannot start) come back as
-ordinary wire error responses `{"v": 1, "kind": "error", "error": {...}}`; only a bridge that
+ordinary wire error responses `{"v": 2, "kind": "error", "error": {...}}`; only a bridge that
 produced no bytes at all (out of memory) is an `IO` error of `bridgeCall` itself. At run time
 the backend's Python code is found through an editable install (`pip install -e .`) or
 `SUPEROPT_PYTHONPATH=<repo>/python` (bridge/README.md).
@@ -43,7 +43,7 @@ def backendError (e : WireError) : IO.Error :=
 /-- Send `req` through the bridge and return the decoded response value.
 
 Errors: the bridge's own failure; a response that is not valid msgpack; an error response
-`{"v": 1, "kind": "error", "error": {kind, message, path}}`, as
+`{"v": 2, "kind": "error", "error": {kind, message, path}}`, as
 `superopt backend error [kind] at path: message`. -/
 def callPython (req : MsgValue) : IO MsgValue := do
   let bytes ← bridgeCall req.encode

@@ -130,14 +130,22 @@ theorem online_softmax_sound (ex : α → α) (hex : ∀ z, ex z = ScalarOps.exp
 
 /-- **`share_operand_load`.** One pass with a pair accumulator (each tile of the shared operand
 loaded once) computes any two sums over the same index, e.g. two GEMMs, or a sum (`Σ exp`, `Σ x²`)
-beside a GEMM. In the plan semantics a shared load reads the same values as separate loads. -/
+beside a GEMM. This is a list identity, not a statement about plans: `planDenote` does not read
+`Kernel.shared` (a shared load is modelled as reading the same values as separate loads), so
+for plans the rule is covered by `PlanSem.planWF_sound` like any other schedule step. -/
 theorem share_operand_load_sound (f g : β → α) (ks : List β) :
     pairSum f g ks = (sumList (ks.map f), sumList (ks.map g)) :=
   share_operand_load f g ks
 
 /-- **`fuse_prologue`.** A kernel that passes `kernelOk` — its nodes read each other inline and
 everything else from memory — computes every one of its nodes' denotation, whichever
-elementwise producers it computes on its loaded tiles. -/
+elementwise producers it computes on its loaded tiles.
+
+This is `kernelVal_eq` restated under the rule's name, as are `fuse_epilogue_sound`,
+`fuse_rows_sound`, `fuse_elementwise_sound` and `fuse_gemm_chain_sound`: the plan semantics
+has no separate notion of a prologue, an epilogue, a row-fused or a chain kernel, so a fusion
+step is sound because the kernel it makes passes `kernelOk`, which `planWF` checks; the
+content is `PlanSem.planWF_sound`, not a per-rule fact. -/
 theorem fuse_prologue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
@@ -147,7 +155,8 @@ theorem fuse_prologue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
   kernelVal_eq hmem hK
 
 /-- **`fuse_epilogue`.** The same theorem read for consumers: an elementwise node computed in
-its producers' kernel, on their accumulators after the streamed loop, has its denotation. -/
+its producers' kernel, on their accumulators after the streamed loop, has its denotation
+(`kernelVal_eq` restated; see `fuse_prologue_sound`). -/
 theorem fuse_epilogue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
@@ -171,7 +180,8 @@ theorem split_kernel_sound {g : Graph} {T : Axis → Nat} {env : String → Inde
 /-- **`fuse_rows`.** A row-fused kernel streams an axis of its own domain: per row its
 reductions over that axis, each reading the final values of the ones it depends on, then its
 outputs over the row. It passes `kernelOk` like any other kernel, so every node it computes —
-a per-row reduction read by the row's outputs included — has its denotation. -/
+a per-row reduction read by the row's outputs included — has its denotation
+(`kernelVal_eq` restated; see `fuse_prologue_sound`). -/
 theorem fuse_rows_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
@@ -182,7 +192,8 @@ theorem fuse_rows_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
 
 /-- **`fuse_elementwise`.** A kernel holding a whole elementwise region (a chain of any depth,
 its stages reading each other inline on each grid tile) passes `kernelOk` like any other
-kernel, so every node it computes has its denotation. -/
+kernel, so every node it computes has its denotation (`kernelVal_eq` restated; see
+`fuse_prologue_sound`). -/
 theorem fuse_elementwise_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
@@ -194,7 +205,8 @@ theorem fuse_elementwise_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
 /-- **`fuse_gemm_chain`.** A chain kernel streaming the intermediate axis `h`: the first
 matmul (over `k`, not streamed) is computed inline for every `h` position the second matmul's
 streamed sum reads, so the intermediate never leaves the kernel. It passes `kernelOk`, so
-every node it computes — the second contraction included — has its denotation. -/
+every node it computes — the second contraction included — has its denotation
+(`kernelVal_eq` restated; see `fuse_prologue_sound`). -/
 theorem fuse_gemm_chain_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
@@ -205,7 +217,10 @@ theorem fuse_gemm_chain_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
 
 /-- **`tile_parallel`.** Tiling a parallel axis of size `n` by `T` (a grid of `⌈n / T⌉` blocks,
 the last one masked) computes every element once, in order, and the block `idx[a] / T[a]` at
-offset `idx[a] % T[a]` is the element at `idx`. -/
+offset `idx[a] % T[a]` is the element at `idx`. The second half is trivial on purpose: the plan
+semantics models grid tiling as the identity on indices (`gridIndex`), so what a grid does to
+memory (one block per tile, the edge tile masked) is the first half's list identity, outside
+`planDenote`. -/
 theorem tile_parallel_sound (f : Nat → β) (T n : Nat) (K : Kernel) (Tg : Axis → Nat)
     (idx : Index) :
     (List.range n).map f =
@@ -229,7 +244,15 @@ end Sound
 (`deriveAllVerified`, the same list) has a plan `q` that the step checker verified
 (`Verify.verify g d.steps = some q`), and that plan denotes what `g` denotes — for every tile
 configuration `T`, every input `env`, over every model `α` of `ScalarLaws`:
-`planDenote T q env = denoteOutputs g env`. -/
+`planDenote T q env = denoteOutputs g env`.
+
+What it does and does not say: the list is the enumerator's output filtered by the checker
+(`keepVerified`), so membership carries the checker's verdict; the plan `q` is the one the
+checker rebuilds from `d.steps`, not the enumerator's own plan value. That the filter drops no
+derivation of the registered graphs, and that `q` equals the enumerator's plan (and Python's,
+byte for byte), is checked by `lake test` (`checkVerified`), not proved. The content is
+`PlanSem.planWF_sound` and `Validate.validRewrite_sound`, whose only premises are the checker's
+`true`: no caller supplies a hypothesis about unchanged nodes. -/
 theorem derive_sound (g : Graph) (maxDepth maxPlans : Nat) :
     ∀ d ∈ Derive.deriveAllVerified g maxDepth maxPlans,
       ∃ q : Verify.VerifiedPlan g, Verify.verify g d.steps = some q ∧
