@@ -62,7 +62,8 @@ def summarise(name: str, spec: str, rec: dict) -> dict:
     top = next((c for c in rec.get("candidates", []) if c.get("id") == rec.get("top1")), None)
     return {"graph": name, "spec": spec, "case": rec.get("case"), "mode": rec.get("mode"),
             "top1": rec.get("top1"), "families": top and top.get("families"),
-            "kernels": top and top.get("kernels"), "ours_us": top and top.get("time_us"),
+            "kernels": top and top.get("kernels"),
+            "ours_us": top and (top.get("graph_us") or top.get("call_us")),
             "best_peer": best, "ratio": ratios.get(best) if best else None,
             "fraction_of_floor": rec.get("fraction_of_floor"),
             "statuses": _count(c.get("status") for c in rec.get("candidates", [])),
