@@ -29,7 +29,7 @@ from .record import RunRecord
 def optimize(graph: Graph | str, *, sizes: Mapping[str, int] | None = None,
              dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
              device: str = "cuda", out: str | Path | None = None, peers: bool = True,
-             final_rounds: int = 3, final_processes: int = 1,
+             final_rounds: int = 3, final_processes: int = 3,
              max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS,
              progress: bool = False) -> RunRecord:
     """Derive, lower, compile, check and time ``graph``; return the run's record.

@@ -263,7 +263,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
          device: str = "cuda", progress: bool = True, command: str | None = None,
          peers: bool = True, timing: TimingConfig | None = None,
          derived: list[Derived] | None = None, plans: Plans | None = None,
-         final_rounds: int = 3, final_processes: int = 1, leaders: int = 3,
+         final_rounds: int = 3, final_processes: int = 3, leaders: int = 3,
          max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS) -> RunRecord:
     """Run the main job on ``graph`` and return its :class:`RunRecord`.
 
