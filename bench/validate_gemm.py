@@ -4,7 +4,7 @@
 
 For each family (plain matmul, dual SwiGLU epilogue, one-kernel RMSNorm→matmul with the
 sum of squares, dual RMSNorm→MLP, row reduction, elementwise) the script takes the first
-configs of ``superopt.kernels``' config space at the reference sizes of
+configs of ``superopt.lower.kernels``' config space at the reference sizes of
 ``../shared/design/WORKLOADS.md`` plus edge sizes (1000³, 129, 1, k = 0, nk layout, batch,
 bf16, fp32 out). It writes every generated builder to a ``.py`` file, compiles them in
 parallel processes (TileLang caches the result on disk), then, in a child process that is
