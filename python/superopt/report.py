@@ -76,15 +76,17 @@ def table_rows(record: RunRecord, limit: int | None = None,
     the floor.
 
     ``full_config``: a ``configuration`` column with every key of every candidate (for a
-    log and report.md); else each candidate's ``what`` shows the keys that tell the
-    candidates apart (:func:`distinguishing_keys`; for a single candidate its usual tile
-    keys)."""
+    log and report.md); else each candidate's ``what`` shows its usual tile keys and every
+    key that tells it apart from the candidates of the same configuration space (the same
+    keys: the same plan's kernels), :func:`distinguishing_keys`."""
     head = ["rank", "what", "derivation / steps", "status", "graph µs", "call µs", "relerr",
             "TFLOP/s"]
     if full_config:
         head.insert(2, "configuration")
-    configs = [c.planned.config for c in record.candidates]
-    differ = distinguishing_keys(configs) if len(configs) > 1 else None
+    spaces: dict[tuple, list[dict]] = {}
+    for c in record.candidates:
+        spaces.setdefault(tuple(c.planned.config), []).append(c.planned.config)
+    differ = {space: set(distinguishing_keys(cs)) for space, cs in spaces.items()}
     rows = []
     fl = record.flops
     shown = record.candidates if limit is None else record.candidates[:limit]
@@ -96,9 +98,9 @@ def table_rows(record: RunRecord, limit: int | None = None,
         if full_config:
             lead = [str(i), what, config_text(p.config)]
         else:
-            keys = config_text(p.config, differ) if differ is not None else short_config(
-                p.config)
-            lead = [str(i), f"{what} {keys}".strip()]
+            apart = differ[tuple(p.config)]
+            keys = [k for k in p.config if k in apart or k.partition(".")[2] in _SHOWN_KEYS]
+            lead = [str(i), f"{what} {config_text(p.config, keys)}".strip()]
         if r is None:  # a dry run: the estimate instead of times
             rows.append(lead + [_steps(c), c.status, f"est {_us(p.estimate_us)}", "", "", ""])
             continue
@@ -184,7 +186,7 @@ def print_table(record: RunRecord, console=None) -> None:
         t.add_row(*r)
     console.print(t)
     configs = [c.planned.config for c in record.candidates]
-    if len(configs) > 1:
+    if len(configs) > 1 and len({tuple(c) for c in configs}) == 1:
         console.print(f"same in every candidate: {config_text(common_config(configs))}",
                       soft_wrap=True)
     if len(record.candidates) > TERMINAL_ROWS:
