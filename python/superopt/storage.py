@@ -27,12 +27,17 @@ CACHE_ENV = "SUPEROPT_CACHE"
 
 def cache_root() -> Path:
     """The cache root (not created): ``$SUPEROPT_CACHE``, else ``platformdirs``' user cache
-    directory for ``superopt``."""
+    directory for ``superopt`` (without platformdirs, as on a machine that only carries the
+    package: ``$XDG_CACHE_HOME/superopt`` or ``~/.cache/superopt``, its Linux answer)."""
     env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
+    try:
+        import platformdirs
+    except ImportError:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+        return base / "superopt"
     return Path(platformdirs.user_cache_dir("superopt", appauthor=False))
 
 

@@ -388,6 +388,10 @@ def test_the_cache_root_follows_xdg_and_superopt_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     if sys.platform.startswith("linux"):
         assert cache_root() == tmp_path / "xdg" / "superopt"
+    monkeypatch.setitem(sys.modules, "platformdirs", None)  # not installed: the same answer
+    assert cache_root() == tmp_path / "xdg" / "superopt"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_root() == Path.home() / ".cache" / "superopt"
     monkeypatch.setenv("SUPEROPT_CACHE", str(tmp_path / "mine"))
     assert cache_root() == tmp_path / "mine"
     from superopt.lower.module import cache_dir

@@ -4,9 +4,9 @@ The module written by :func:`write_module` is standalone (it imports tilelang an
 only): ``INPUTS``, ``OUTPUT_SHAPE``, ``DTYPE``, one ``build_k<i>_<family>()`` per kernel,
 the launcher checks of :mod:`superopt.lower.launcher_runtime` (copied verbatim),
 ``compile_kernels()`` and ``load(device)`` returning ``launch(out, *inputs)`` (see
-:mod:`superopt.run`). Files are content-hashed into the cache directory
-(``$SUPEROPT_CACHE`` or ``~/.cache/superopt/kernels``) because TileLang reads kernel source
-with ``inspect``.
+:mod:`superopt.run`). Files are content-hashed into ``kernels/`` under the cache root
+(:func:`superopt.storage.cache_root`: ``$SUPEROPT_CACHE``, else the platform's user cache
+directory) because TileLang reads kernel source with ``inspect``.
 
 Owns: the module text and its file. Imports the match and the family table; never runs a
 kernel.
