@@ -3,8 +3,8 @@ as a standalone module, and its derivation picture.
 
 Everything here reads a typed :class:`~superopt.record.RunRecord`; nothing is recomputed.
 :func:`write_outputs` writes every file atomically (:func:`superopt.storage.atomic_write`: a
-temporary file, flushed, renamed into place), so an interrupted or failing run never leaves a half-written
-record.
+temporary file, flushed, renamed into place), so an interrupted or failing run never leaves
+a half-written record.
 
 Owns: presentation. Imports the run record and :mod:`superopt.draw`.
 """

@@ -9,9 +9,11 @@ Everything superopt says goes through :mod:`logging` under the ``superopt`` logg
   ``AnnotateWarpGroupRegAlloc``, Python's ``warnings``);
 * to the run's log file, when one is opened (:meth:`RunLog.open_file`): every ``superopt``
   record at DEBUG and other libraries' at INFO, the worker processes' stdout and stderr
-  included (TileLang's source dumps and
-  warnings; :mod:`superopt.run.process` forwards each worker's output when it ends, also
-  when the run is interrupted).
+  included (TileLang's source dumps and warnings, which are printed in the workers, where
+  TileLang runs; :mod:`superopt.run.process` forwards each worker's output when it ends,
+  also when the run is interrupted). TileLang's Python logger, which prints through its
+  own handler, is rerouted to the file while it is open if TileLang is already imported
+  in this process (:data:`ADOPTED`).
 
 The log file of ``superopt run`` is ``superopt.log`` under ``--out``, else
 ``logs/run-<date>-<pid>-<graph>.log`` under the cache root (the newest :data:`KEEP_LOGS`
@@ -37,6 +39,9 @@ TERMINAL_LEVELS = {-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
 KEEP_LOGS = 20
 #: The loggers whose records stay off the terminal at every level.
 FILE_ONLY = ("superopt.worker",)
+#: Libraries that print through handlers of their own (TileLang: to stderr through tqdm);
+#: while a log file is open, their records go to it instead.
+ADOPTED = ("tilelang",)
 
 
 class _Stderr(logging.StreamHandler):
@@ -79,6 +84,7 @@ class RunLog:
         self.file: logging.Handler | None = None
         self.path: Path | None = None
         self._saved: dict[str, Any] = {}
+        self._adopted: list[tuple[logging.Logger, list, bool]] = []
 
     def __enter__(self) -> "RunLog":
         root = logging.getLogger()
@@ -116,6 +122,11 @@ class RunLog:
         logging.getLogger("superopt").setLevel(logging.DEBUG)
         self._lower_root(logging.INFO)  # other libraries: their INFO and up
         logging.captureWarnings(True)
+        for name in ADOPTED:  # already imported in this process: its records to the file
+            if name in logging.Logger.manager.loggerDict:
+                lg = logging.getLogger(name)
+                self._adopted.append((lg, lg.handlers[:], lg.propagate))
+                lg.handlers, lg.propagate = [], True
         return path
 
     def _lower_root(self, level: int) -> None:
@@ -131,6 +142,9 @@ class RunLog:
                 h.close()
         if self.file is not None:
             logging.captureWarnings(False)
+        for lg, handlers, propagate in self._adopted:
+            lg.handlers, lg.propagate = handlers, propagate
+        self._adopted.clear()
         self.terminal = self.file = None
         if self._saved:
             root.setLevel(self._saved["root"])

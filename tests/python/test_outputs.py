@@ -157,7 +157,12 @@ def _emit_everything() -> None:
     (1, ["progress line", "detail", "superopt: warning: no dot"]),
 ])
 def test_the_terminal_gets_superopt_at_its_level_and_never_the_workers(capsys, tmp_path,
+                                                                       monkeypatch,
                                                                        verbosity, shown):
+    tl = logging.getLogger("tilelang")  # as TileLang sets it up: its own handler to stderr
+    own = io.StringIO()
+    monkeypatch.setattr(tl, "handlers", [logging.StreamHandler(own)])
+    monkeypatch.setattr(tl, "propagate", False)
     with RunLog() as logs:
         logs.set_verbosity(verbosity)
         path = logs.open_file(tmp_path / "superopt.log")
@@ -167,10 +172,12 @@ def test_the_terminal_gets_superopt_at_its_level_and_never_the_workers(capsys, t
     for text in ("progress line", "detail", "no dot", "worker said T.prim_func",
                  "AnnotateWarpGroupRegAlloc"):
         assert text in kept
+    assert own.getvalue() == ""  # TileLang's handler was set aside while the file was open
     n = len(logging.getLogger().handlers)
-    _emit_everything()  # after the command: its handlers are gone
+    _emit_everything()  # after the command: its handlers are gone, TileLang's is back
     assert len(logging.getLogger().handlers) == n and "T.prim_func" not in \
         capsys.readouterr().err
+    assert own.getvalue() == "AnnotateWarpGroupRegAlloc: something\n" and not tl.propagate
 
 
 def test_run_logs_are_kept_under_the_cache_root(tmp_path, monkeypatch):

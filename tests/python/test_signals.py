@@ -5,10 +5,11 @@ lowers candidates, in the two places it does so: the planning loop, which writes
 modules one by one in the main process, and the compile pool, whose worker processes lower
 them with TileLang. Each time it must exit within 2 s with 130 (SIGINT) or 143 (SIGTERM),
 print exactly ``superopt: interrupted`` / ``superopt: terminated`` and nothing else (the
-runs are ``-q``: no progress lines), and leave no worker process behind. The workers run with
-``TL_LOWER_TRACE=terminal``, so that TileLang prints its IR as it lowers: it must all stay
-in the workers' log files, never reach the terminal, and end up in the run's log. In process: the stop request is honoured between candidates by the
-planning loop and by the engine, and :func:`~superopt.run.process.kill_all_workers` /
+runs are ``-q``: no progress lines), and leave no worker process behind. The workers run
+with ``TL_LOWER_TRACE=terminal``, so that TileLang prints its IR as it lowers: it must all
+stay in the workers' log files, never reach the terminal, and end up in the run's log. In
+process: the stop request is honoured between candidates by the planning loop and by the
+engine, and :func:`~superopt.run.process.kill_all_workers` /
 ``reap_workers`` leave no process. ``docs/errors.md`` section 5.
 """
 

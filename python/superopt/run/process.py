@@ -6,8 +6,9 @@ Connection` (:mod:`superopt.run.protocol`). The worker's stdout and stderr go to
 (TileLang's source dumps and warnings land there, never on the terminal); a crash message
 quotes its tail. When the worker ends (closed, killed, or reaped after an interrupt) that
 output goes to the logger ``superopt.worker`` at DEBUG (the command line keeps it in the
-run's log file, :mod:`superopt.runlog`) and the file is removed. A request that outlives its limit raises :class:`WorkerTimeout`, after
-which :meth:`WorkerProcess.kill` ends the whole process group (nvcc included).
+run's log file, :mod:`superopt.runlog`) and the file is removed. A request that outlives
+its limit raises :class:`WorkerTimeout`, after which :meth:`WorkerProcess.kill` ends the
+whole process group (nvcc included).
 :func:`kill_all_workers` (from a signal handler) ends every worker's group at once and
 refuses new ones; :func:`reap_workers` then waits for them, so none outlives the parent.
 
