@@ -306,16 +306,14 @@ def test_a_repeated_run_answers_from_the_cache(tmp_path):
 
 
 def test_force_searches_again(tmp_path):
-    _stored_for_the_cli(tmp_path)
-    p = _cli(RUN + ["--force"], tmp_path)
     import torch
     if torch.cuda.is_available():
         pytest.skip("with a GPU, --force would run a real search")
+    _stored_for_the_cli(tmp_path)
+    p = _cli(RUN + ["--force"], tmp_path)
     assert p.returncode == 3  # it searched: timing needs CUDA, which this machine lacks
     assert p.stderr == ("superopt: timing needs a CUDA GPU and torch sees none here; use "
                         "--dry-run to derive and lower without one\n")
-    other = _cli(RUN[:-1] + ["8"], tmp_path)  # another budget: another key, a miss
-    assert other.returncode == 3
 
 
 def test_miss_store_hit_force_in_process(tmp_path, monkeypatch, capsys):
