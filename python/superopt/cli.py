@@ -1,14 +1,24 @@
-"""The command line: ``superopt run``, ``superopt derive``, ``superopt workloads``.
+"""The command line: ``superopt run``, ``derive``, ``workloads`` and ``cache``.
 
     superopt run GRAPH [--case k=v,...] [--dtype fp16|bf16] [--budget N] [--time-budget S]
-                       [--max-depth D] [--max-plans P] [--out DIR] [--dry-run]
+                       [--max-depth D] [--max-plans P] [--out DIR] [--device cuda:N]
+                       [--force] [--json] [--dry-run] [--no-peers] [--no-progress] [-q|-v]
     superopt derive GRAPH [--case ...] [--json] [--max-depth D] [--max-plans P]
                           [--show ID --out FILE.png]
-    superopt workloads
+    superopt workloads [--json]
+    superopt cache {path,list,clear}
+    superopt --version            (also: python -m superopt ...)
 
 GRAPH is a workload name (``attention``), a user's ``FILE.py:FUNCTION`` (the function takes
 the ``--case`` sizes as keyword arguments and returns a Graph) or a wire-format
 ``GRAPH.msgpack`` (:mod:`superopt.graphs`).
+
+A timed ``run`` first asks the tuning-result cache (:mod:`superopt.cache`; the GPU read
+without torch): a hit prints the stored record at once and says so; ``--force`` searches
+again. ``--dry-run`` does everything but compile and time, and refuses the options that
+only a timed run uses (``--time-budget``, ``--no-peers``, ``--device``, ``--force``).
+Progress goes to stderr (bars on a terminal, plain lines otherwise; ``-q`` hides it, ``-v``
+adds detail); the workers' output goes to the run's log file (:mod:`superopt.runlog`).
 
 Exit status: 0 success (also when the reader of stdout goes away early, e.g. ``| head -1``);
 2 bad usage or input (one line on stderr naming the problem); 3 timing asked for on a machine
@@ -17,8 +27,8 @@ memory; a traceback for a bug); 130 interrupted (SIGINT, Ctrl-C), 143 terminated
 within a second or two, every worker process group killed and reaped, one line
 (``superopt: interrupted`` / ``superopt: terminated``). ``docs/errors.md`` lists them all.
 
-Owns: argument parsing, exit statuses and what is printed. Calls the search, the report
-and the derivation faces; computes nothing itself.
+Owns: argument parsing, exit statuses and what is printed. Calls the search, the cache,
+the report and the derivation faces; computes nothing itself.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -37,6 +48,10 @@ from .dtypes import DTYPES, STORAGE_DTYPES
 from .errors import (CaseError, Interrupted, NoCudaError, OutOfMemoryError, SuperoptError,
                      from_exception)
 from .ir.workloads import WORKLOADS, parse_case
+from .runlog import RunLog, run_log_path
+from .version import __version__
+
+log = logging.getLogger("superopt")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NO_CUDA = 0, 1, 2, 3
 #: 128 + the signal number, and the one line printed, of a run stopped by a signal.
@@ -95,33 +110,65 @@ def _seconds(text: str) -> float:
     return x
 
 
+#: Options of ``run`` that a dry run refuses (they only steer compiling and timing):
+#: option → why not.
+TIMED_ONLY = {"time_budget": ("--time-budget", "a dry run times nothing"),
+              "no_peers": ("--no-peers", "a dry run runs no peers"),
+              "device": ("--device", "a dry run uses no GPU (it lowers for sm_90a on the CPU)"),
+              "force": ("--force", "a dry run neither reads nor writes the tuning-result "
+                                   "cache")}
+DEFAULT_TIME_BUDGET_S = 600.0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="superopt", description="Tensor-program superoptimizer: derive, lower to "
                 "TileLang, check and time kernels against torch.compile, cuBLAS and cuDNN.")
+    p.add_argument("--version", action="version", version=f"superopt {__version__}")
+    common = _Parser(add_help=False)
+    talk = common.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", action="store_true",
+                      help="only warnings and errors on stderr (no progress)")
+    talk.add_argument("-v", "--verbose", action="store_true",
+                      help="more detail on stderr (every record of the log but the workers')")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    r = sub.add_parser("run", help="the main job: derive, lower, compile, check, time, rank")
+    r = sub.add_parser("run", parents=[common],
+                       help="the main job: derive, lower, compile, check, time, rank")
     graph_help = (f"a workload ({', '.join(WORKLOADS)}), FILE.py:FUNCTION or GRAPH.msgpack")
     r.add_argument("graph", help=graph_help)
     r.add_argument("--case", help="sizes, e.g. m=256,n=512 (default: the reference case)")
     r.add_argument("--dtype", choices=[DTYPES[n].short for n in STORAGE_DTYPES], default="fp16")
     r.add_argument("--budget", type=_budget, default=24, help="candidates to try (default 24)")
-    r.add_argument("--time-budget", type=_seconds, default=600.0,
-                   help="seconds for checking and timing (default 600)")
-    r.add_argument("--out", help="directory for record.json, report.md, top1.py and the picture")
+    r.add_argument("--time-budget", type=_seconds, default=None,
+                   help=f"seconds for checking and timing (default {DEFAULT_TIME_BUDGET_S:g})")
+    r.add_argument("--out", help="directory for record.json, report.md, top1.py, the picture "
+                   "and superopt.log")
     r.add_argument("--dry-run", action="store_true",
                    help="derive and lower every candidate to CUDA C without a GPU")
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--device", default=None, metavar="cuda:N",
+                   help="the GPU to check and time on (default cuda, i.e. cuda:0)")
+    r.add_argument("--force", action="store_true",
+                   help="search again even if the tuning-result cache has the answer")
+    r.add_argument("--json", action="store_true",
+                   help="print the run's record (record.json) as one JSON document, no table")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars or lines")
     r.add_argument("--no-peers", action="store_true",
                    help="skip timing the peers (and the comparison with them)")
     _cap_options(r)
-    d = sub.add_parser("derive", help="list the derivations of a graph")
+    d = sub.add_parser("derive", parents=[common], help="list the derivations of a graph")
     d.add_argument("graph", help=graph_help)
     d.add_argument("--case")
     d.add_argument("--json", action="store_true", help="one JSON document")
     d.add_argument("--show", metavar="ID", help="draw derivation ID (needs --out FILE.png)")
     d.add_argument("--out", metavar="FILE", help="picture file (.png, .svg, .pdf or .dot)")
     _cap_options(d)
-    sub.add_parser("workloads", help="list the workloads and their reference cases")
+    w = sub.add_parser("workloads", parents=[common],
+                       help="list the workloads and their reference cases")
+    w.add_argument("--json", action="store_true", help="one JSON document")
+    c = sub.add_parser("cache", parents=[common], help="the tuning-result and kernel cache")
+    c.add_argument("action", choices=["path", "list", "clear"],
+                   help="path: print its directory; list: the stored results; clear: remove "
+                        "the results, kernel modules and logs")
+    c.add_argument("--json", action="store_true", help="list as one JSON document")
     return p
 
 
@@ -139,6 +186,16 @@ def _graph(args):
 
 
 def cmd_workloads(args) -> int:
+    if args.json:
+        doc = {"workloads": []}
+        for name, w in WORKLOADS.items():
+            g = w.graph()
+            doc["workloads"].append({"name": name, "axes": list(w.reference_case),
+                                     "reference_case": dict(w.reference_case),
+                                     "inputs": [[n, list(sh)] for n, sh in g.inputs],
+                                     "outputs": [list(sh) for sh in g.output_shapes]})
+        print(json.dumps(doc, indent=1))
+        return 0
     for name, w in WORKLOADS.items():
         print(f"{name:12s} " + ",".join(f"{k}={v}" for k, v in w.reference_case.items()))
     return 0
@@ -157,7 +214,11 @@ def cmd_derive(args) -> int:
         raise CaseError(f"cannot tell the picture format of {args.out!r}; use one of "
                         f"{', '.join(PICTURE_SUFFIXES)}", path="--out")
     g = _graph(args)
-    e = enumerate_derivations(g, args.max_depth, args.max_plans)
+    progress = _progress(args)
+    with progress, progress.phase("derive") as deriving:
+        e = enumerate_derivations(g, args.max_depth, args.max_plans,
+                                  on_plan=lambda n: deriving.advance(n - deriving.done))
+        deriving.advance(e.explored - deriving.done, info=f"{len(e.derived)} derivations")
     derived = e.derived
     cap_note = (None if e.capped is None else
                 f"note: the enumerator stopped at --{e.capped.replace('_', '-')} "
@@ -180,11 +241,13 @@ def cmd_derive(args) -> int:
         print(f"wrote {path}")
         return 0
     lowered = []
-    for d in derived:
-        try:
-            lowered.append((d, match_plan(d.plan)))
-        except LoweringError:
-            continue
+    with progress, progress.phase("match plans", len(derived)) as matching:
+        for d in derived:
+            matching.advance()
+            try:
+                lowered.append((d, match_plan(d.plan)))
+            except LoweringError:
+                continue
     if args.json:
         doc = {"workload": g.name, "case": g.sizes, "derivations_total": len(derived),
                "capped": e.capped, "derivations": []}
@@ -237,35 +300,162 @@ def _write_out_dir(record, out: Path) -> list[Path]:
                         f"{e.strerror or e}", path="--out") from None
 
 
-def cmd_run(args) -> int:
+def _refuse_for_dry_run(args) -> None:
+    """A dry run refuses the options that only steer compiling and timing (one line, 2)."""
+    if not args.dry_run:
+        return
+    for dest, (flag, why) in TIMED_ONLY.items():
+        if getattr(args, dest) not in (None, False):
+            raise CaseError(f"{why}; drop {flag} or --dry-run", path=flag)
+
+
+def _device(text: str | None) -> str:
+    """``--device`` checked for its form: ``cuda`` or ``cuda:N``."""
+    from .run.environment import cuda_index
+    if text is None:
+        return "cuda"
+    try:
+        cuda_index(text)
+    except ValueError:
+        raise CaseError(f"expected cuda or cuda:N (N the index of a GPU), got {text!r}",
+                        path="--device") from None
+    return text
+
+
+def _require_device(device: str) -> None:
+    """torch sees a CUDA GPU (else exit 3) and the one ``--device`` names (else exit 2)."""
+    import torch
+
+    from .run.environment import cuda_index
+    if not torch.cuda.is_available():
+        raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run "
+                          "to derive and lower without one", path="device")
+    n = torch.cuda.device_count()
+    if cuda_index(device) >= n:
+        raise CaseError(f"{device} asked for, but torch sees {n} GPU{'s' if n != 1 else ''} "
+                        f"(cuda:0..cuda:{n - 1})", path="--device")
+
+
+def _progress(args):
+    """The command's progress display: off with ``-q`` or ``--no-progress``."""
+    from .run.progress import Progress
+    return Progress("off" if getattr(args, "no_progress", False) or args.quiet else "auto")
+
+
+def _open_log(logs: RunLog, out: Path | None, g) -> None:
+    """The run's log file (``superopt.log`` under ``--out``, else under the cache root)."""
+    try:
+        path = logs.open_file(run_log_path(out, g.name))
+    except OSError as e:
+        log.warning("no log file (%s); the workers' output is not kept", e)
+        return
+    log.debug("superopt %s: %s", __version__, " ".join(sys.argv))
+    log.debug("log: %s", path)
+
+
+def cmd_run(args, logs: RunLog) -> int:
+    _refuse_for_dry_run(args)
+    device = _device(args.device)
     g = _graph(args)  # bad input (2), then no CUDA (3), fail before the heavy imports
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise CaseError(f"{args.out!r} exists and is not a directory", path="--out")
-    if not args.dry_run:
-        import torch
-        if not torch.cuda.is_available():
-            raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run "
-                              "to derive and lower without one", path="device")
-    out = _check_out_dir(args.out)
+    from . import search
     from .dtypes import dtype
-    from .report import print_table
-    from .search import dry_run, tune
     dt = dtype(args.dtype).name
     command = "superopt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     caps = {"max_depth": args.max_depth, "max_plans": args.max_plans}
     if args.dry_run:
-        record = dry_run(g, dtype=dt, budget=args.budget, command=command, **caps)
+        out = _check_out_dir(args.out)
+        _open_log(logs, out, g)
+        record = search.dry_run(g, dtype=dt, budget=args.budget, command=command,
+                                progress=_progress(args), **caps)
+        status = 0 if all(c.status == "lowered" for c in record.candidates) else 1
     else:
-        record = tune(g, dtype=dt, budget=args.budget, budget_s=args.time_budget,
-                      progress=not args.no_progress, peers=not args.no_peers, command=command,
-                      **caps)
+        record, out = _timed(args, g, dt, device, command, caps, logs)
+        status = 0 if record.top1 is not None else 1
+    _report(args, record, out)
+    return status
+
+
+def _timed(args, g, dt: str, device: str, command: str, caps: dict, logs: RunLog):
+    """The tuning-result cache's answer, or a search (stored in the cache when it found a
+    top-1); returns (record, the checked ``--out``)."""
+    from . import search
+    from .cache import ResultCache, run_key
+    from .run.environment import gpu_identity
+    budget_s = args.time_budget or DEFAULT_TIME_BUDGET_S
+    limits = {"budget": args.budget, "time_budget_s": budget_s, "peers": not args.no_peers,
+              **caps}
+    cache = ResultCache()
+    gpu = gpu_identity(device, allow_torch=False)
+    key = run_key(g, dt, gpu, limits) if gpu is not None else None
+    record = cache.load(key, g) if key is not None and not args.force else None
+    if record is not None:
+        out = _check_out_dir(args.out)
+        log.info("answered from the tuning-result cache (%s, searched %s); --force searches "
+                 "again", cache.path(key), record.cache.get("stored"))
+        return record, out
+    _require_device(device)
+    out = _check_out_dir(args.out)
+    _open_log(logs, out, g)
+    record = search.tune(g, dtype=dt, budget=args.budget, budget_s=budget_s, device=device,
+                         progress=_progress(args), peers=not args.no_peers, command=command,
+                         **caps)
+    if key is None:  # neither NVML nor nvidia-smi answered: torch names the GPU
+        gpu = gpu_identity(device)
+        key = run_key(g, dt, gpu, limits) if gpu is not None else None
+    if key is not None and record.top1 is not None:
+        try:
+            log.info("stored in the tuning-result cache: %s", cache.store(key, record))
+        except OSError as e:
+            log.warning("could not store the result in the cache: %s", e)
+    return record, out
+
+
+def _report(args, record, out: Path | None) -> None:
+    """The table (or ``--json``'s document) on stdout, then the files under ``--out``."""
+    from .report import print_table
+    if args.json:  # the files first: the document is record.json, notes of writing included
+        paths = _write_out_dir(record, out) if out is not None else []
+        print(json.dumps(record.to_json(), indent=1, default=str))
+        if paths:
+            log.info(f"wrote {', '.join(str(p) for p in paths)}")
+        return
     print_table(record)
     if out is not None:
         paths = _write_out_dir(record, out)
         print(f"wrote {', '.join(str(p) for p in paths)}")
-    if args.dry_run:
-        return 0 if all(c.status == "lowered" for c in record.candidates) else 1
-    return 0 if record.top1 is not None else 1
+
+
+def cmd_cache(args) -> int:
+    from .cache import ResultCache
+    cache = ResultCache()
+    if args.json and args.action != "list":
+        raise CaseError(f"--json lists the entries; it applies to `cache list`, not "
+                        f"`cache {args.action}`", path="--json")
+    if args.action == "path":
+        print(cache.root)
+    elif args.action == "clear":
+        files, size = cache.clear()
+        print(f"removed {files} file{'s' if files != 1 else ''} ({size / 1e6:.1f} MB) from "
+              f"{cache.root}")
+    elif args.json:
+        print(json.dumps({"root": str(cache.root), "entries": [
+            {"path": str(e.path), "key": e.key, "stored": e.stored, "top1": e.top1,
+             "top1_us": e.top1_us, "size_bytes": e.size_bytes} for e in cache.entries()]},
+            indent=1))
+    else:
+        entries = cache.entries()
+        print(f"{len(entries)} stored result{'s' if len(entries) != 1 else ''} in "
+              f"{cache.dir}")
+        for e in entries:
+            k = e.key
+            case = ",".join(f"{a}={v}" for a, v in k["case"].items())
+            top = f"{e.top1} {e.top1_us:.1f} µs" if e.top1 is not None else "no top-1"
+            print(f"  {e.path.stem[:12]}  {k['workload']} {case} {k['dtype']}  {k['gpu']} "
+                  f"(driver {k['driver']})  budget {k['search'].get('budget')}  {top}  "
+                  f"{e.stored}")
+    return 0
 
 
 def _stdout_gone() -> int:
@@ -357,17 +547,22 @@ def _signals_stop_the_command():
 
 def main(argv=None) -> int:
     """Run one command; returns the exit status (see the module docstring)."""
-    with _signals_stop_the_command() as stop:
+    with _signals_stop_the_command() as stop, RunLog() as logs:
         try:
-            return _main(argv, stop)
+            return _main(argv, stop, logs)
         except KeyboardInterrupt as e:  # a signal between _main's handlers and its return
             return stop.report(e)
 
 
-def _main(argv, stop: _SignalStop) -> int:
+def _main(argv, stop: _SignalStop, logs: RunLog) -> int:
     try:
         args = build_parser().parse_args(argv)
-        status = {"run": cmd_run, "derive": cmd_derive, "workloads": cmd_workloads}[args.cmd](args)
+        logs.set_verbosity(-1 if args.quiet else 1 if args.verbose else 0)
+        if args.cmd == "run":
+            status = cmd_run(args, logs)
+        else:
+            status = {"derive": cmd_derive, "workloads": cmd_workloads,
+                      "cache": cmd_cache}[args.cmd](args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return status
     except BrokenPipeError:

@@ -1,22 +1,38 @@
 """The typed record of a run: each candidate as planned and as run, the peers, the
 comparison, the ceilings; what the report presents, the bridge sends and ``record.json``
-holds (:meth:`RunRecord.to_json`).
+holds (:meth:`RunRecord.to_json`), and the form the tuning-result cache stores
+(:meth:`RunRecord.to_cache` / :meth:`RunRecord.from_cache`: typed again on the way back,
+each candidate's derivation replayed and matched).
 
-Owns: the record and its JSON form. Imports the records of the earlier stages only.
+Owns: the record and its JSON forms. Imports the records of the earlier stages only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .derive.derivation import Derived
+from .derive.enumerator import replay
 from .derive.rules import RULES
 from .ir.dag import Graph
 from .ir.facts import flops as graph_flops, min_bytes as graph_min_bytes
 from .lower.lowering import PlanMatch
+from .lower.match import match_plan
 from .run.protocol import LowerOutcome
 from .run.records import Candidate, CandidateResult, Ceilings, Comparison, PeerResult
+from .wire import derivation_from_wire, derivation_to_wire
+
+#: The version of :meth:`RunRecord.to_cache`'s layout (a cache entry of another is a miss).
+CACHE_FORMAT = 1
+
+
+def _typed(cls, d: dict | None):
+    """``cls(**d)`` on ``cls``'s own fields (derived keys of ``to_dict`` left out)."""
+    if d is None:
+        return None
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,8 @@ class RunRecord:
     ceilings: Ceilings | None = None
     search_cost: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Set when the record was answered from the tuning-result cache: ``{"key", "stored"}``.
+    cache: dict | None = None
 
     @property
     def flops(self) -> int:
@@ -123,6 +141,13 @@ class RunRecord:
     def top1(self) -> CandidateRecord | None:
         ok = [c for c in self.candidates if c.status == "ok" and c.time_us is not None]
         return ok[0] if ok else None
+
+    @property
+    def estimated_top1(self) -> CandidateRecord | None:
+        """The first candidate of the estimated ranking that lowered (a dry run's best
+        guess; ``None`` if none did)."""
+        ok = [c for c in self.candidates if c.status in ("lowered", "ok")]
+        return min(ok, key=lambda c: c.planned.estimate_us) if ok else None
 
     def best_peer(self) -> PeerResult | None:
         good = [p for p in self.peers if p.status == "ok" and p.time_us is not None]
@@ -159,6 +184,10 @@ class RunRecord:
             out["floor_us"] = self.floor_us
         if self.comparison is not None:
             out["comparison"] = self.comparison.to_dict()
+        if self.cache is not None:
+            out["cache"] = dict(self.cache)
+        if self.mode == "dry-run" and self.estimated_top1 is not None:
+            out["estimated_top1"] = self.estimated_top1.id
         top = self.top1
         if top is not None:
             out["top1"] = top.id
@@ -173,3 +202,62 @@ class RunRecord:
             if self.floor_us:
                 out["fraction_of_floor"] = top.time_us / self.floor_us
         return out
+
+    # -- the cached form ----------------------------------------------------------------
+
+    def to_cache(self) -> dict:
+        """What the tuning-result cache stores (JSON-ready): every typed field, each
+        candidate's derivation as its wire map, without the graph (the cache's key names
+        it; :meth:`from_cache` takes it back)."""
+        derivations = {}
+        cands = []
+        for c in self.candidates:
+            p = c.planned
+            d = p.derived.derivation
+            derivations.setdefault(d.id, derivation_to_wire(d))
+            cands.append({"id": p.id, "derivation": d.id, "config": p.config,
+                          "module_path": p.module_path, "source_hash": p.source_hash,
+                          "estimate_us": p.estimate_us,
+                          "result": c.result.to_dict() if c.result is not None else None,
+                          "search_us": c.search_us})
+        return {"format": CACHE_FORMAT, "dtype": self.dtype, "mode": self.mode,
+                "command": self.command, "environment": self.environment,
+                "derivations": self.derivations, "lowerable": self.lowerable,
+                "derivation_maps": derivations, "candidates": cands,
+                "peers": [p.to_dict() for p in self.peers],
+                "comparison": (None if self.comparison is None else
+                               {f.name: getattr(self.comparison, f.name)
+                                for f in fields(Comparison)}),
+                "ceilings": self.ceilings.to_dict() if self.ceilings is not None else None,
+                "search_cost": self.search_cost, "notes": self.notes}
+
+    @classmethod
+    def from_cache(cls, doc: dict, graph: Graph) -> "RunRecord":
+        """The record :meth:`to_cache` stored, for ``graph``: each derivation replayed
+        (:func:`~superopt.derive.replay`) and matched again (:func:`~superopt.lower.match_plan`).
+
+        Raises:
+            ValueError: a document of another :data:`CACHE_FORMAT`.
+            SuperoptError: a derivation that no longer replays or matches (the rules or the
+                families changed); KeyError/TypeError: a malformed document.
+        """
+        if doc.get("format") != CACHE_FORMAT:
+            raise ValueError(f"cache format {doc.get('format')!r}, expected {CACHE_FORMAT}")
+        dtype = doc["dtype"]
+        derived: dict[str, tuple[Derived, PlanMatch]] = {}
+        for ident, wire_map in doc["derivation_maps"].items():
+            d = derivation_from_wire(wire_map)
+            dv = Derived(d, replay(graph, d.steps))
+            derived[ident] = (dv, match_plan(dv.plan, dtype))
+        recs = []
+        for c in doc["candidates"]:
+            dv, m = derived[c["derivation"]]
+            planned = PlannedCandidate(c["id"], dv, m, dict(c["config"]), c["module_path"],
+                                       c["source_hash"], float(c["estimate_us"]))
+            recs.append(CandidateRecord(planned, _typed(CandidateResult, c["result"]),
+                                        search_us=c.get("search_us")))
+        return cls(graph, dtype, doc["mode"], doc["command"], dict(doc["environment"]),
+                   doc["derivations"], doc["lowerable"], recs,
+                   [_typed(PeerResult, p) for p in doc["peers"]],
+                   _typed(Comparison, doc["comparison"]), _typed(Ceilings, doc["ceilings"]),
+                   dict(doc["search_cost"]), list(doc["notes"]))

@@ -46,6 +46,7 @@ from .lower.target import HOPPER, Target
 from .record import CandidateRecord, PlannedCandidate, RunRecord
 from .report import write_outputs
 from .run.pool import stopped
+from .run.progress import Progress
 from .run.records import Comparison, PeerResult, TimingConfig
 
 
@@ -141,9 +142,12 @@ def _check_stop() -> None:
 
 def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
                     derived: list[Derived] | None = None, directory: Path | None = None,
-                    max_depth: int = DEFAULT_MAX_DEPTH,
-                    max_plans: int = DEFAULT_MAX_PLANS) -> Plans:
+                    max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS,
+                    progress: Progress | bool = False) -> Plans:
     """Choose and lower up to ``budget`` candidates, best-first (see the module docstring).
+
+    ``progress`` shows three phases: ``derive`` (plans explored), ``match plans`` and
+    ``write modules`` (:class:`~superopt.run.progress.Progress`).
 
     A plan or candidate that fails with anything but "no family expresses this plan"
     (a ``LoweringError`` from matching) — any :class:`~superopt.errors.SuperoptError`, or
@@ -157,9 +161,19 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     """
     dtype = _storage(dtype).name
     _check_stop()
+    prog = Progress.of(progress)
+    with prog:
+        return _plan(graph, dtype, budget, derived, directory, max_depth, max_plans, prog)
+
+
+def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
+          directory: Path | None, max_depth: int, max_plans: int, prog: Progress) -> Plans:
     capped = None
     if derived is None:
-        e = enumerate_derivations(graph, max_depth, max_plans)
+        with prog.phase("derive") as deriving:
+            e = enumerate_derivations(graph, max_depth, max_plans,
+                                      on_plan=lambda n: deriving.advance(n - deriving.done))
+            deriving.advance(e.explored - deriving.done, info=f"{len(e.derived)} derivations")
         derived = e.derived
         if e.capped == "max_plans":
             capped = (f"the enumerator stopped at --max-plans {max_plans} ({e.explored} plans "
@@ -170,8 +184,10 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     failures: list[PlanFailure] = []
     matched: list[tuple[Derived, PlanMatch]] = []
     scored = []
+    matching = prog.phase("match plans", len(derived))
     for d in derived:
         _check_stop()
+        matching.advance(info=f"{len(matched)} lowerable")
         try:
             m = match_plan(d.plan, dtype)
         except LoweringError:
@@ -185,6 +201,8 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
         matched.append((d, m))
+    matching.info = f"{len(matched)} lowerable"
+    matching.close()
     scored.sort(key=lambda t: (t[0], t[1]))
     unique, seen_specs = [], set()
     for est, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
@@ -194,6 +212,7 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     out: list[PlannedCandidate] = []
     remaining = budget
     seen_src: set[str] = set()
+    writing = prog.phase("write modules", budget)
     for i, (est, d, m) in enumerate(unique):
         if remaining <= 0:
             break
@@ -217,11 +236,14 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
                 seen_src.add(mod.source_hash)
                 out.append(PlannedCandidate(f"c{len(out)}", d, m, cfg, str(mod.path),
                                             mod.source_hash, est))
+                writing.advance()
                 remaining -= 1
                 if remaining <= 0:
                     break
         except Exception as e:  # noqa: BLE001 - this plan's configuration space, recorded
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
+    writing.total = len(out)  # fewer than the budget when the plans run out of configurations
+    writing.close()
     return Plans(derived, matched, out, capped, failures)
 
 
@@ -234,8 +256,11 @@ def _command(command: str | None) -> str:
 def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
             command: str | None = None, workers: int | None = None,
             on_done: Any = None, plans: Plans | None = None,
-            max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS) -> RunRecord:
+            max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS,
+            progress: Progress | bool = False) -> RunRecord:
     """Derive, match, choose and lower every candidate to CUDA C for sm_90a, without a GPU.
+
+    ``progress`` shows the planning phases and ``lower to CUDA C``.
 
     Returns:
         A :class:`RunRecord` of mode ``"dry-run"``: each candidate's estimate and its CUDA C
@@ -245,11 +270,21 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     from .run.pool import lower_candidates
 
     t0 = time.monotonic()
-    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, max_depth=max_depth,
-                                     max_plans=max_plans)
-    t_plan = time.monotonic() - t0
-    outcomes = lower_candidates([c.candidate() for c in plans.candidates], workers,
-                                on_done=on_done)
+    with Progress.of(progress) as prog:
+        plans = plans or plan_candidates(graph, dtype=dtype, budget=budget,
+                                         max_depth=max_depth, max_plans=max_plans,
+                                         progress=prog)
+        t_plan = time.monotonic() - t0
+        counts = {"ok": 0, "failed": 0}
+        with prog.phase("lower to CUDA C", len(plans.candidates)) as lowering:
+            def done(c: Any, o: Any) -> None:
+                counts["ok" if o.status == "ok" else "failed"] += 1
+                lowering.advance(info=f"{counts['ok']} lowered, {counts['failed']} failed")
+                if on_done is not None:
+                    on_done(c, o)
+
+            outcomes = lower_candidates([c.candidate() for c in plans.candidates], workers,
+                                        on_done=done)
     recs = [CandidateRecord(c, lowered=outcomes.get(i)) for i, c in enumerate(plans.candidates)]
     rec = RunRecord(graph, _storage(dtype).name, "dry-run", _command(command),
                     environment_record(None), len(plans.derived), len(plans.matched), recs,
@@ -260,7 +295,7 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
 
 
 def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
-         device: str = "cuda", progress: bool = True, command: str | None = None,
+         device: str = "cuda", progress: Progress | bool = True, command: str | None = None,
          peers: bool = True, timing: TimingConfig | None = None,
          derived: list[Derived] | None = None, plans: Plans | None = None,
          final_rounds: int = 3, final_processes: int = 3, leaders: int = 3,
@@ -270,6 +305,10 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     Args:
         derived: the derivations to search (default: :func:`derive_all` of ``graph``).
         plans: the planned candidates (default: :func:`plan_candidates`).
+        progress: every phase (planning, the GPU worker's start, compile, check and time,
+            peers, the final round, the ceilings) on a
+            :class:`~superopt.run.progress.Progress` (``True``: bars on a terminal, plain
+            lines otherwise).
         final_rounds: rounds of the interleaved comparison of the ``leaders`` fastest
             candidates with every correct peer (0 skips it);
             ``final_processes`` worker processes of those rounds each.
@@ -282,36 +321,52 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
 
     require_cuda(device)
     t0 = time.monotonic()
-    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived,
-                                     max_depth=max_depth, max_plans=max_plans)
-    t_plan = time.monotonic() - t0
-    dtype = dtype_name(dtype)
-    by_id = {c.id: c for c in plans.candidates}
-    stats: dict[str, Any] = {}
-    comparison = None
-    stored = stored_by_every_plan(graph, [m.plan for _, m in plans.matched])
-    with Session(graph, dtype=dtype, device=device, timing=timing, stored=stored) as session:
-        env = session.environment()
-        results = run_candidates(graph, [c.candidate() for c in plans.candidates], dtype=dtype,
-                                 device=device, budget_s=budget_s, progress=progress,
-                                 session=session, timing=timing, stats=stats)
-        # with a final comparison the peers are only checked here: their times come from
-        # the interleaved rounds, never from a pass timed after ours
-        peer_results = session.peers(time_it=not (final_rounds and results)) if peers else []
-        lead = [r for r in results if r.status == "ok"][:leaders]
-        good = [p.name for p in peer_results if p.status == "ok"]
-        notes = []
-        if final_rounds and lead:
+    with Progress.of(progress) as prog:
+        plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived,
+                                         max_depth=max_depth, max_plans=max_plans,
+                                         progress=prog)
+        t_plan = time.monotonic() - t0
+        dtype = dtype_name(dtype)
+        by_id = {c.id: c for c in plans.candidates}
+        stats: dict[str, Any] = {}
+        comparison = None
+        stored = stored_by_every_plan(graph, [m.plan for _, m in plans.matched])
+        with Session(graph, dtype=dtype, device=device, timing=timing,
+                     stored=stored) as session:
+            with prog.phase("start the GPU worker", announce=True):
+                env = session.environment()
+            results = run_candidates(graph, [c.candidate() for c in plans.candidates],
+                                     dtype=dtype, device=device, budget_s=budget_s,
+                                     progress=prog, session=session, timing=timing,
+                                     stats=stats)
+            # with a final comparison the peers are only checked here: their times come from
+            # the interleaved rounds, never from a pass timed after ours
+            peer_results = []
+            if peers:
+                names = session.peer_names()
+                with prog.phase("peers", len(names), announce=True) as checking:
+                    peer_results = session.peers(
+                        names, time_it=not (final_rounds and results),
+                        on_done=lambda p: checking.advance(info=f"{p.name}: {p.status}"))
+            lead = [r for r in results if r.status == "ok"][:leaders]
+            good = [p.name for p in peer_results if p.status == "ok"]
+            notes = []
+            if final_rounds and lead:
+                try:
+                    with prog.phase(f"final round ({final_rounds} rounds in {final_processes} "
+                                    f"processes, {len(lead)} of ours, "
+                                    f"{len(good)} peers)", announce=True):
+                        comparison = session.compare([by_id[r.id].candidate() for r in lead],
+                                                     good, rounds=final_rounds,
+                                                     processes=final_processes)
+                except Exception as e:  # noqa: BLE001 - the search's own times still stand
+                    notes.append(f"final comparison failed: {e}")
             try:
-                comparison = session.compare([by_id[r.id].candidate() for r in lead], good,
-                                             rounds=final_rounds, processes=final_processes)
-            except Exception as e:  # noqa: BLE001 - the search's own times still stand
-                notes.append(f"final comparison failed: {e}")
-        try:
-            ceilings = session.ceilings()
-        except Exception as e:  # noqa: BLE001 - recorded, the run still reports
-            ceilings = None
-            notes.append(f"ceilings not measured: {e}")
+                with prog.phase("ceilings", announce=True):
+                    ceilings = session.ceilings()
+            except Exception as e:  # noqa: BLE001 - recorded, the run still reports
+                ceilings = None
+                notes.append(f"ceilings not measured: {e}")
     recs = [CandidateRecord(by_id[r.id], r) for r in results]
     if comparison is not None:
         _apply_comparison(recs, peer_results, comparison)

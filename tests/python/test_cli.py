@@ -64,6 +64,19 @@ RUNS: dict[str, tuple[list[str], dict]] = {
     "json_attention": (["derive", "attention", "--json"], {}),
     "json_small": (["derive", "rmsnorm", "--case", SMALL, "--json"], {}),
     "text_attention": (["derive", "attention"], {}),
+    "version": (["--version"], {}),
+    "workloads_json": (["workloads", "--json"], {}),
+    "dry_time_budget": (["run", "matmul", "--dry-run", "--time-budget", "5"], {}),
+    "dry_no_peers": (["run", "matmul", "--dry-run", "--no-peers"], {}),
+    "dry_device": (["run", "matmul", "--dry-run", "--device", "cuda:0"], {}),
+    "dry_force": (["run", "matmul", "--dry-run", "--force"], {}),
+    "device_cpu": (["run", "matmul", "--case", SMALL, "--device", "cpu"], NO_CUDA),
+    "device_colon": (["run", "matmul", "--case", SMALL, "--device", "cuda:"], NO_CUDA),
+    "quiet_and_verbose": (["run", "matmul", "-q", "-v"], {}),
+    # one dry run end to end: the JSON document, the files under --out, the log
+    "dry_run": (["run", "matmul", "--case", "m=64,d=64,n=64", "--dry-run", "--budget", "2",
+                 "--json", "--out", "dry"],
+                {"TL_LOWER_TRACE": "terminal", "SUPEROPT_CACHE": "{cwd}/cache"}),
 }
 
 #: --case text → the exact stderr line (status 2), for ``derive matmul`` and ``run matmul``
@@ -88,13 +101,19 @@ for _i, _text in enumerate(CASE_ERRORS):
 
 
 def _run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v.replace("{cwd}", str(cwd)) for k, v in env.items()}
     return subprocess.run(CLI + args, capture_output=True, text=True, env=_env(**env),
                           cwd=cwd, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
-    cwd = tmp_path_factory.mktemp("cli")
+def cwd(tmp_path_factory) -> Path:
+    """The directory the fixture's command lines run in."""
+    return tmp_path_factory.mktemp("cli")
+
+
+@pytest.fixture(scope="module")
+def ran(cwd) -> dict[str, subprocess.CompletedProcess]:
     with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
         futs = {name: pool.submit(_run, args, env, cwd) for name, (args, env) in RUNS.items()}
         return {name: f.result() for name, f in futs.items()}
@@ -196,6 +215,75 @@ def test_show_writes_a_dot_file(tmp_path):
     assert _one_line(p, 2).startswith(f"superopt: error: --out: cannot write '{blocker}/x.dot'")
 
 
+def test_a_dry_run_refuses_what_only_timing_uses(ran):
+    assert _one_line(ran["dry_time_budget"], 2) == \
+        "superopt: error: --time-budget: a dry run times nothing; drop --time-budget or --dry-run"
+    assert _one_line(ran["dry_no_peers"], 2) == \
+        "superopt: error: --no-peers: a dry run runs no peers; drop --no-peers or --dry-run"
+    assert _one_line(ran["dry_device"], 2) == (
+        "superopt: error: --device: a dry run uses no GPU (it lowers for sm_90a on the CPU); "
+        "drop --device or --dry-run")
+    assert _one_line(ran["dry_force"], 2) == (
+        "superopt: error: --force: a dry run neither reads nor writes the tuning-result cache; "
+        "drop --force or --dry-run")
+    for name in ("dry_time_budget", "dry_no_peers", "dry_device", "dry_force"):
+        assert ran[name].stdout == ""
+
+
+def test_a_bad_device_is_refused_before_looking_for_cuda(ran):
+    assert _one_line(ran["device_cpu"], 2) == \
+        "superopt: error: --device: expected cuda or cuda:N (N the index of a GPU), got 'cpu'"
+    assert _one_line(ran["device_colon"], 2) == \
+        "superopt: error: --device: expected cuda or cuda:N (N the index of a GPU), got 'cuda:'"
+    assert _one_line(ran["quiet_and_verbose"], 2) == \
+        "superopt: error: argument -v/--verbose: not allowed with argument -q/--quiet"
+
+
+def test_version(ran, tmp_path):
+    from superopt.version import __version__
+
+    p = ran["version"]
+    assert (p.returncode, p.stdout, p.stderr) == (0, f"superopt {__version__}\n", "")
+    m = subprocess.run([sys.executable, "-m", "superopt", "--version"], capture_output=True,
+                       text=True, env=_env(), cwd=tmp_path, timeout=300)
+    assert (m.returncode, m.stdout) == (0, f"superopt {__version__}\n")
+
+
+def test_the_dry_run_writes_everything_but_times_nothing(ran, cwd):
+    """One JSON document on stdout, equal to record.json; the estimated ranking with each
+    candidate's CUDA C; report.md with every configuration in full; the picture; the log
+    holding the workers' output (TileLang's IR), none of which reached the terminal; and a
+    progress line on stderr."""
+    from superopt.version import __version__
+
+    p = ran["dry_run"]
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    out = cwd / "dry"
+    assert json.loads((out / "record.json").read_text()) == doc
+    assert doc["mode"] == "dry-run" and doc["environment"]["superopt"] == __version__
+    assert doc["estimated_top1"] == "c0" and len(doc["candidates"]) == 2
+    est = [c["estimate_us"] for c in doc["candidates"]]
+    assert est == sorted(est)
+    for c in doc["candidates"]:
+        assert c["status"] == "lowered" and c["lowering"]["status"] == "ok"
+        (cuda,) = c["lowering"]["cuda"].values()
+        assert "__global__" in cuda
+    report = (out / "report.md").read_text()
+    for c in doc["candidates"]:  # the whole configuration in its row, never cut short
+        row = next(ln for ln in report.splitlines() if ln.startswith(f"| {int(c['id'][1:]) + 1} "
+                                                                    f"| {c['id']} "))
+        assert " ".join(f"{k}={v}" for k, v in c["config"].items()) in row
+    pictures = {p.name for p in out.iterdir()} & {"estimated_top1_derivation.png",
+                                                   "estimated_top1_derivation.dot"}
+    assert pictures, sorted(x.name for x in out.iterdir())
+    kept = (out / "superopt.log").read_text()
+    assert "DEBUG superopt.worker: output of worker" in kept and "T.prim_func" in kept
+    assert "T.prim_func" not in p.stderr and "Traceback" not in p.stderr
+    assert re.search(r"^lower to CUDA C: 2/2 done in [\d.]+ s: 2 lowered, 0 failed$",
+                     p.stderr, re.M), p.stderr
+
+
 # -- no CUDA: status 3 ------------------------------------------------------------------------
 
 def test_run_without_cuda(ran):
@@ -221,6 +309,15 @@ def test_workloads(ran):
     p = ran["workloads"]
     assert p.returncode == 0 and p.stderr == ""
     assert [ln.split()[0] for ln in p.stdout.splitlines()] == KNOWN.split(", ")
+    p = ran["workloads_json"]
+    assert p.returncode == 0 and p.stderr == ""
+    doc = json.loads(p.stdout)
+    assert [w["name"] for w in doc["workloads"]] == KNOWN.split(", ")
+    matmul = doc["workloads"][2]
+    assert matmul == {"name": "matmul", "axes": ["m", "d", "n"],
+                      "reference_case": {"m": 1024, "d": 4096, "n": 4096},
+                      "inputs": [["X", [1024, 4096]], ["W", [4096, 4096]]],
+                      "outputs": [[1024, 4096]]}
 
 
 def _check_json(p: subprocess.CompletedProcess, workload: str) -> dict:

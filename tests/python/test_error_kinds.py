@@ -485,7 +485,7 @@ def test_a_failure_to_write_the_outputs_is_one_typed_line(tmp_path, monkeypatch,
     monkeypatch.setattr(report, "write_outputs", full)
     monkeypatch.setenv("SUPEROPT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    assert cli.main(["run", "matmul", "--case", "m=64,d=64,n=64", "--budget", "1",
+    assert cli.main(["run", "-q", "matmul", "--case", "m=64,d=64,n=64", "--budget", "1",
                      "--dry-run", "--out", str(out)]) == 2
     got = capsys.readouterr()
     assert "| 1 | c0 (gemm)" in got.out and "lowered" in got.out
@@ -515,7 +515,7 @@ class _HalfWriter:
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch, exc):
     """A write that fails half way (a full disk, a Ctrl-C): an existing file keeps its old
     content whole, a new one is not created, and no temporary file is left."""
-    from superopt import report
+    from superopt import storage as report  # atomic_write's home (report imports it)
 
     (tmp_path / "record.json").write_text('{"old": 1}\n')
     real = os.fdopen
@@ -529,7 +529,7 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch, exc):
 
 
 def test_atomic_write_writes_whole_files_with_the_usual_mode(tmp_path):
-    from superopt import report
+    from superopt import storage as report
 
     old = os.umask(0o022)
     try:

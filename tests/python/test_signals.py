@@ -4,11 +4,12 @@ A real ``superopt run`` (a subprocess, on CPU with ``--dry-run``) is signalled w
 lowers candidates, in the two places it does so: the planning loop, which writes the
 modules one by one in the main process, and the compile pool, whose worker processes lower
 them with TileLang. Each time it must exit within 2 s with 130 (SIGINT) or 143 (SIGTERM),
-print exactly ``superopt: interrupted`` / ``superopt: terminated`` and nothing else, and
-leave no worker process behind. The workers run with ``TL_LOWER_TRACE=terminal``, so that
-TileLang prints its IR as it lowers: it must all stay in the workers' log files, never
-reach the terminal. In process: the stop request is honoured between candidates by the
-planning loop and by the engine, and :func:`~superopt.run.process.kill_all_workers` /
+print exactly ``superopt: interrupted`` / ``superopt: terminated`` and nothing else (the
+runs are ``-q``: no progress lines), and leave no worker process behind. The workers run
+with ``TL_LOWER_TRACE=terminal``, so that TileLang prints its IR as it lowers: it must all
+stay in the workers' log files, never reach the terminal, and end up in the run's log. In
+process: the stop request is honoured between candidates by the planning loop and by the
+engine, and :func:`~superopt.run.process.kill_all_workers` /
 ``reap_workers`` leave no process. ``docs/errors.md`` section 5.
 """
 
@@ -138,7 +139,7 @@ def test_signal_while_workers_lower_stops_at_once(tmp_path, signum, status, line
     """Signalled while both pool workers are inside TileLang's lowering (their logs already
     hold TileLang IR): out in < 2 s, one line, every worker and its group gone, and not a
     byte of TileLang's output on the terminal."""
-    p = _start(["run", "attention", "--dry-run", "--budget", "24"], tmp_path,
+    p = _start(["run", "attention", "--dry-run", "--budget", "24", "-q"], tmp_path,
                TL_LOWER_TRACE="terminal")
     workers = _wait_for("two compile workers", lambda: (lambda w: w if len(w) >= 2 else None)(
         _workers_of(p.pid)), p)
@@ -163,13 +164,16 @@ def test_signal_while_workers_lower_stops_at_once(tmp_path, signum, status, line
         assert _stat(w) is None, f"worker {w} left behind: {_stat(w)} {_cmdline(w)}"
     assert _in_groups(groups) == []
     assert list(logs.glob("superopt-worker-*.log")) == []  # reaped, logs removed
+    (run_log,) = (tmp_path / "cache" / "logs").glob("run-*-attention.log")
+    kept = run_log.read_text(errors="replace")  # ... their output kept in the run's log
+    assert kept.count("DEBUG superopt.worker: output of worker") >= 2 and "T.prim_func" in kept
 
 
 @pytest.mark.parametrize("signum,status,line", STOPS, ids=["SIGINT", "SIGTERM"])
 def test_signal_while_planning_stops_between_candidates(tmp_path, signum, status, line):
     """Signalled while the planning loop writes modules (a budget of 20000 candidates takes
     it ~20 s): out in < 2 s, one line, the loop wrote nothing more, no worker was started."""
-    p = _start(["run", "rmsnorm_mlp", "--dry-run", "--budget", "20000"], tmp_path)
+    p = _start(["run", "rmsnorm_mlp", "--dry-run", "--budget", "20000", "-q"], tmp_path)
     kernels = tmp_path / "cache" / "kernels"
 
     def modules():
@@ -190,7 +194,7 @@ def test_signal_while_planning_stops_between_candidates(tmp_path, signum, status
 def test_a_second_signal_while_stopping_still_prints_one_line(tmp_path):
     """SIGINT and at once SIGTERM (an impatient user): still one line (the first signal's),
     status 130, no worker left."""
-    p = _start(["run", "attention", "--dry-run", "--budget", "24"], tmp_path)
+    p = _start(["run", "attention", "--dry-run", "--budget", "24", "-q"], tmp_path)
     workers = _wait_for("two compile workers", lambda: (lambda w: w if len(w) >= 2 else None)(
         _workers_of(p.pid)), p)
     os.killpg(p.pid, signal.SIGINT)
@@ -213,7 +217,7 @@ def test_signal_while_a_timed_run_compiles_stops_at_once(tmp_path, signum, statu
     runs tilelang/nvcc: out in < 2 s, one line, no compile worker, no GPU worker and
     nothing they started left."""
     p = _start(["run", "matmul", "--case", "m=512,d=512,n=512", "--budget", "12",
-                "--no-progress", "--no-peers"], tmp_path)
+                "--no-progress", "--no-peers", "-q"], tmp_path)
     workers = _wait_for("two compile workers", lambda: (lambda w: w if len(w) >= 2 else None)(
         _workers_of(p.pid)), p)
     time.sleep(3.0)  # past the workers' start: compiling

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import DerivationError, SuperoptError
 from ..ir.dag import Graph
@@ -61,7 +62,12 @@ class Enumeration:
     capped: str | None
 
 
-def _explore(graph: Graph, max_depth: int, max_plans: int):
+#: :func:`enumerate_derivations` reports its count to ``on_plan`` every this many plans.
+REPORT_EVERY = 64
+
+
+def _explore(graph: Graph, max_depth: int, max_plans: int,
+             on_plan: Callable[[int], None] | None = None):
     start = initial_plan(graph)
     seen = {start.canonical()}
     found = [(start, ())]
@@ -87,6 +93,8 @@ def _explore(graph: Graph, max_depth: int, max_plans: int):
                 item = (new, steps + (Step(rule_id, tuple(site)),))
                 found.append(item)
                 frontier.append(item)
+                if on_plan is not None and len(found) % REPORT_EVERY == 0:
+                    on_plan(len(found))
                 if len(found) >= max_plans:
                     return found, "max_plans"
     return found, capped
@@ -127,9 +135,13 @@ def derive_all(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
 
 
 def enumerate_derivations(graph: Graph, max_depth: int = DEFAULT_MAX_DEPTH,
-                          max_plans: int = DEFAULT_MAX_PLANS) -> Enumeration:
-    """:func:`derive_all` with what a report needs to say about the caps."""
-    explored, capped = _explore(graph, max_depth, max_plans)
+                          max_plans: int = DEFAULT_MAX_PLANS,
+                          on_plan: Callable[[int], None] | None = None) -> Enumeration:
+    """:func:`derive_all` with what a report needs to say about the caps.
+
+    ``on_plan(explored)`` is called every :data:`REPORT_EVERY` distinct plans explored (a
+    progress display's seam; it must not raise)."""
+    explored, capped = _explore(graph, max_depth, max_plans, on_plan)
     out: list[Derived] = []
     seen = set()
     for plan, steps in explored:

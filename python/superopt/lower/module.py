@@ -4,9 +4,9 @@ The module written by :func:`write_module` is standalone (it imports tilelang an
 only): ``INPUTS``, ``OUTPUT_SHAPE``, ``DTYPE``, one ``build_k<i>_<family>()`` per kernel,
 the launcher checks of :mod:`superopt.lower.launcher_runtime` (copied verbatim),
 ``compile_kernels()`` and ``load(device)`` returning ``launch(out, *inputs)`` (see
-:mod:`superopt.run`). Files are content-hashed into the cache directory
-(``$SUPEROPT_CACHE`` or ``~/.cache/superopt/kernels``) because TileLang reads kernel source
-with ``inspect``.
+:mod:`superopt.run`). Files are content-hashed into ``kernels/`` under the cache root
+(:func:`superopt.storage.cache_root`: ``$SUPEROPT_CACHE``, else the platform's user cache
+directory) because TileLang reads kernel source with ``inspect``.
 
 Owns: the module text and its file. Imports the match and the family table; never runs a
 kernel.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ..derive.derivation import Derivation
 from ..derive.enumerator import replay
 from ..errors import LoweringError
 from ..ir.dag import Graph
+from ..storage import atomic_write, cache_subdir
 from .config import complete_config, unflatten_config
 from .families import FAMILIES
 from .lowering import KernelLowering, PlanMatch, storage_dtype
@@ -215,12 +215,8 @@ def _plan_calls(kl: KernelLowering, plan: Any, names: dict) -> list[str]:
 
 
 def cache_dir() -> Path:
-    """Where generated modules live (``$SUPEROPT_CACHE`` or ``~/.cache/superopt/kernels``)."""
-    root = os.environ.get("SUPEROPT_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "superopt")
-    path = Path(root) / "kernels"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where generated modules live: ``kernels/`` under the cache root (created)."""
+    return cache_subdir("kernels")
 
 
 def write_module(source: str, directory: Path | None = None) -> LoweredModule:
@@ -230,9 +226,7 @@ def write_module(source: str, directory: Path | None = None) -> LoweredModule:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"k_{h}.py"
     if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
+        atomic_write(path, source, durable=False)
     return LoweredModule(source, h, path)
 
 

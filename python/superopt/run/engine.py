@@ -11,68 +11,27 @@ candidate whose check raises what nobody foresaw (anything but the worker being 
 start at all) is recorded as ``launch_error`` with the error's type and text, and the next
 candidate runs.
 
-Owns: the order of the two phases, the budget and the progress display.
+Owns: the order of the two phases and the budget. The display is
+:class:`superopt.run.progress.Progress`'s.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Sequence
 
 from ..errors import Interrupted
 from .pool import compile_candidates, compile_worker_count, stopped
 from .process import WorkerStartError
+from .progress import Progress
 from .records import Candidate, CandidateResult, CompileOutcome, TimingConfig, rank_results
 from .session import Session, require_cuda
-
-
-class _Progress:
-    """A rich progress display on stderr (or nothing)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.p = None
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> "_Progress":
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn)
-
-            self.p = Progress(TextColumn("{task.description}"), BarColumn(),
-                              MofNCompleteColumn(), TimeElapsedColumn(),
-                              TextColumn("{task.fields[info]}"),
-                              console=Console(stderr=True))
-            self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.p is not None:
-            if isinstance(exc[1], KeyboardInterrupt):
-                self.p.live.transient = True  # erase the bars: the CLI says "interrupted"
-            self.p.__exit__(*exc)
-
-    def task(self, description: str, total: int) -> Any:
-        if self.p is None:
-            return None
-        return self.p.add_task(description, total=total, info="")
-
-    def advance(self, task: Any, info: str | None = None) -> None:
-        if self.p is None or task is None:
-            return
-        with self.lock:
-            if info is None:
-                self.p.advance(task)
-            else:
-                self.p.update(task, advance=1, info=info)
 
 
 def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = "float16",
                    device: str = "cuda", tolerance: float | None = None,
                    timeout_s: float = 60.0, budget_s: float | None = None,
-                   max_candidates: int | None = None, progress: bool = True,
+                   max_candidates: int | None = None, progress: bool | Progress = True,
                    compile: bool = True, compile_workers: int | None = None,
                    compile_timeout_s: float = 300.0, checks: int = 1, seed: int = 0,
                    timing: TimingConfig | None = None, session: Session | None = None,
@@ -89,7 +48,8 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         budget_s: wall seconds for the whole call; candidates not started in time are
             ``skipped`` (one running check may overrun it by up to ``timeout_s``).
         max_candidates: only the first N are tried; the rest are ``skipped``.
-        progress: a rich progress bar on stderr.
+        progress: a :class:`~superopt.run.progress.Progress` to show the two phases on
+            (``True``: bars on a terminal, plain lines otherwise; ``False``: nothing).
         compile: run the parallel compile pool first (``False``: the GPU worker's ``load``
             compiles; a ``load`` that raises is then ``compile_error`` too).
         compile_workers: compile processes (default ``os.cpu_count()``).
@@ -130,19 +90,18 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         results[i] = skipped(i, f"budget: max_candidates={limit}")
     active = list(range(min(limit, len(cands))))
 
-    with _Progress(progress) as prog:
+    with Progress.of(progress) as prog:
         outcomes: dict[int, CompileOutcome] = {}
         if compile and active:
-            task = prog.task("compile", len(active))
             counts = {"ok": 0, "failed": 0}
+            with prog.phase("compile", len(active)) as compiling:
+                def on_done(c: Candidate, o: CompileOutcome) -> None:
+                    counts["ok" if o.status == "ok" else "failed"] += 1
+                    compiling.advance(info=f"{counts['ok']} ok, {counts['failed']} failed")
 
-            def on_done(c: Candidate, o: CompileOutcome) -> None:
-                counts["ok" if o.status == "ok" else "failed"] += 1
-                prog.advance(task, f"{counts['ok']} ok, {counts['failed']} failed")
-
-            sub = compile_candidates([cands[i] for i in active], compile_workers, device=device,
-                                     timeout_s=compile_timeout_s, deadline=deadline,
-                                     on_done=on_done)
+                sub = compile_candidates([cands[i] for i in active], compile_workers,
+                                         device=device, timeout_s=compile_timeout_s,
+                                         deadline=deadline, on_done=on_done)
             outcomes = {active[k]: o for k, o in sub.items()}
         t_compiled = time.monotonic()
         if stats is not None:
@@ -157,8 +116,9 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         own = session is None
         if session is None:
             session = Session(graph, dtype=dtype, device=device, timing=timing, seed=seed)
-        task = prog.task("check+time", len(active))
+        phase = prog.phase("check and time", len(active))
         best: float | None = None
+        correct = 0
         try:
             for i in active:
                 if stopped():
@@ -182,7 +142,10 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                         stats["checked"] += 1
                     if r.time_us is not None and (best is None or r.time_us < best):
                         best = r.time_us
-                prog.advance(task, f"best {best:.1f} µs" if best is not None else "")
+                correct += results[i].status == "ok"
+                phase.advance(info=f"{correct} correct" + (f", best {best:.1f} µs"
+                                                           if best is not None else ""))
+            phase.close()
         finally:
             if own:
                 session.close()

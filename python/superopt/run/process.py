@@ -4,8 +4,11 @@
 group), connected by a Unix socket pair wrapped in :class:`multiprocessing.connection.
 Connection` (:mod:`superopt.run.protocol`). The worker's stdout and stderr go to a log file
 (TileLang's source dumps and warnings land there, never on the terminal); a crash message
-quotes its tail. A request that outlives its limit raises :class:`WorkerTimeout`, after
-which :meth:`WorkerProcess.kill` ends the whole process group (nvcc included).
+quotes its tail. When the worker ends (closed, killed, or reaped after an interrupt) that
+output goes to the logger ``superopt.worker`` at DEBUG (the command line keeps it in the
+run's log file, :mod:`superopt.runlog`) and the file is removed. A request that outlives
+its limit raises :class:`WorkerTimeout`, after which :meth:`WorkerProcess.kill` ends the
+whole process group (nvcc included).
 :func:`kill_all_workers` (from a signal handler) ends every worker's group at once and
 refuses new ones; :func:`reap_workers` then waits for them, so none outlives the parent.
 
@@ -15,6 +18,7 @@ protocol only.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -35,6 +39,13 @@ POLL_S = 0.2
 
 #: The directory that holds the ``superopt`` package (put on the workers' ``PYTHONPATH``).
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+
+#: Where each ended worker's output goes (DEBUG; read only when someone listens).
+worker_log = logging.getLogger("superopt.worker")
+#: The most of one worker's output forwarded (its end, when it wrote more).
+MAX_FORWARD_BYTES = 8 << 20
+#: Held while a worker's output is forwarded and its file removed.
+_FORWARD_LOCK = threading.Lock()
 
 
 class WorkerError(Exception):
@@ -109,8 +120,8 @@ def reap_workers(timeout_s: float = 1.0) -> list[int]:
         if w.proc.poll() is None:
             left.append(pid)
         else:
+            w._remove_log()  # waits for a thread forwarding this worker's output
             _LIVE.pop(pid, None)
-            w._remove_log()
     return left
 
 
@@ -129,6 +140,23 @@ def workers_stopping() -> bool:
 def live_worker_pids() -> list[int]:
     """The pids of the workers started and not yet reaped."""
     return list(_LIVE)
+
+
+def _forward_output(path: str, pid: int | None, device: str) -> None:
+    """Log a worker's output file to :data:`worker_log` (nothing if it is empty or nobody
+    listens at DEBUG). Never raises."""
+    if not worker_log.isEnabledFor(logging.DEBUG):
+        return
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - MAX_FORWARD_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return
+    if text.strip():
+        cut = f" (its last {MAX_FORWARD_BYTES} bytes of {size})" if size > MAX_FORWARD_BYTES else ""
+        worker_log.debug("output of worker %s (%s)%s:\n%s", pid, device, cut, text.rstrip())
 
 
 class WorkerProcess:
@@ -267,10 +295,10 @@ class WorkerProcess:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-            if self.proc.poll() is not None:
-                _LIVE.pop(self.proc.pid, None)
         self._close_conn()
-        self._remove_log()
+        self._remove_log()  # before leaving the registry: reap_workers waits for it
+        if self.proc is not None and self.proc.poll() is not None:
+            _LIVE.pop(self.proc.pid, None)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Ask the worker to exit; kill it if it does not in time."""
@@ -304,12 +332,17 @@ class WorkerProcess:
             self.conn = None
 
     def _remove_log(self) -> None:
-        if self.log_path:
-            try:
-                os.unlink(self.log_path)
-            except OSError:
-                pass
-            self.log_path = None
+        """Forward the worker's output to :data:`worker_log` and remove the file, once
+        (the thread that ends the worker and :func:`reap_workers` may both ask: the lock
+        makes the second wait until the first has forwarded it)."""
+        with _FORWARD_LOCK:
+            path, self.log_path = self.log_path, None
+            if path:
+                _forward_output(path, self.pid, self.device)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     # ------------------------------------------------------------ requests
     def _log_size(self) -> int:

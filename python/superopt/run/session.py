@@ -25,7 +25,7 @@ Owns: the worker's life across requests, the seeds, and the typed records it ret
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..dtypes import dtype_name, tolerance as default_tolerance
 from ..errors import NoCudaError
@@ -204,36 +204,42 @@ class Session:
         return res
 
     def peers(self, names: Sequence[str] | None = None, *, tolerance: float | None = None,
-              timeout_s: float = 900.0, time_it: bool = True) -> list[PeerResult]:
+              timeout_s: float = 900.0, time_it: bool = True,
+              on_done: Callable[[PeerResult], None] | None = None) -> list[PeerResult]:
         """Check and time the peers of the graph in the worker, one request each (a peer
         that kills its worker is recorded as ``crash``/``timeout``).
 
         Args:
-            names: the peers to run (default: every peer that applies to the graph,
-                :func:`superopt.run.peers.peer_names`).
+            names: the peers to run (default: :meth:`peer_names`).
+            on_done: called with each peer's result as it comes (a progress display).
         """
         if names is None:
-            from .peers import peer_names
-
-            names = peer_names(self.graph)
+            names = self.peer_names()
         tol = tolerance if tolerance is not None else default_tolerance(self.dtype)
-        out = []
+        out: list[PeerResult] = []
         for name in names:
-            try:
-                value = self._call(RunPeer(name, self.next_seed(), tol, self.timing, time_it),
-                                   timeout_s).value
-            except WorkerTimeout:
-                out.append(PeerResult(name, status="timeout",
-                                      error=f"no result within {timeout_s:g} s"))
-                continue
-            except WorkerCrashed as e:
-                out.append(PeerResult(name, status="crash", error=str(e)))
-                continue
-            if isinstance(value, Failed):
-                out.append(PeerResult(name, status="launch_error", error=value.error))
-                continue
-            out.append(value)
+            out.append(self._peer(name, tol, timeout_s, time_it))
+            if on_done is not None:
+                on_done(out[-1])
         return out
+
+    def _peer(self, name: str, tol: float, timeout_s: float, time_it: bool) -> PeerResult:
+        try:
+            value = self._call(RunPeer(name, self.next_seed(), tol, self.timing, time_it),
+                               timeout_s).value
+        except WorkerTimeout:
+            return PeerResult(name, status="timeout", error=f"no result within {timeout_s:g} s")
+        except WorkerCrashed as e:
+            return PeerResult(name, status="crash", error=str(e))
+        if isinstance(value, Failed):
+            return PeerResult(name, status="launch_error", error=value.error)
+        return value
+
+    def peer_names(self) -> list[str]:
+        """Every peer that applies to the graph (:func:`superopt.run.peers.peer_names`)."""
+        from .peers import peer_names
+
+        return list(peer_names(self.graph))
 
     def compare(self, candidates: Sequence[Candidate], peers: Sequence[str], *,
                 rounds: int = 5, processes: int = 1, tolerance: float | None = None,
