@@ -7,7 +7,7 @@
 ``DIR/<workload>/top1.py`` is the standalone module a ``superopt run ... --out DIR/<workload>``
 wrote. For each workload, in a :class:`superopt.run.session.Session` (the same isolated
 worker the search uses): our top-1 and every peer that applies to the graph (eager,
-``torch.compile`` in both modes, cuBLAS / SDPA / FA4 where the structure matches; ``absent``
+``torch.compile`` in both modes, cuBLAS / SDPA / FA4 / quack where the structure matches; ``absent``
 when a library is not installed) are checked on fresh inputs, then timed **interleaved in
 randomised order** for ``--rounds`` rounds in each of ``--processes`` fresh worker
 processes (:meth:`Session.compare`, :func:`superopt.run.timing.compare`). Each round gives a

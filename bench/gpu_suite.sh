@@ -12,6 +12,7 @@ export PYTHONPATH=/tmp/site:$PWD/python PYTHONUNBUFFERED=1
 export SUPEROPT_CACHE=${SUPEROPT_CACHE:-/tmp/superopt-cache}
 [[ -f .peers/manifest ]] && source bench/gpu-unpack.sh .peers /tmp/peers
 python3 -c "import flash_attn.cute" 2>/dev/null && echo "FA4: importable" || echo "FA4: absent"
+python3 -c "import quack" 2>/dev/null && echo "quack: importable" || echo "quack: absent"
 out=${OUT:-/tmp/out}
 python3 bench/suite.py --out /tmp/suite --graphs "$graphs" "$@" 2>&1 \
   | grep -v "Warning: AnnotateWarpGroupRegAlloc"

@@ -8,7 +8,7 @@ main job on the GPU, its top-1 timed beside its peers interleaved, one record pe
 Per graph: :func:`superopt.optimize` with a per-graph budget (``--budget`` candidates,
 ``--time-budget`` seconds to check and time them), whose final phase times the leaders and
 every correct peer (eager of the graph's semantics, ``torch.compile`` in two modes, cuBLAS /
-SDPA / FA4 where the structure matches) **interleaved in randomised order**, ``--rounds``
+SDPA / FA4 / quack where the structure matches) **interleaved in randomised order**, ``--rounds``
 rounds in each of ``--processes`` fresh worker processes; the ratio peer/ours is the median
 over the rounds with its IQR (a median whose IQR straddles 1.0 is a tie). Every candidate is
 also checked on the graph's adversarial inputs (``superopt.ir.numerics``).

@@ -1,9 +1,12 @@
 """Known structures a graph may have, recognised from its nodes (never from its name).
 
-A vendor library implements some structures directly: a plain GEMM (cuBLAS), attention
-(SDPA, FlashAttention). :func:`gemm_pattern` and :func:`attention_pattern` say whether a
-graph *is* such a structure and how its tensors map onto the library's layout, so that the
-peers (:mod:`superopt.run.peers`) include the vendor path for any graph that has it.
+A vendor library implements some structures directly: a plain GEMM (cuBLAS, quack),
+attention (SDPA, FlashAttention), RMSNorm rows (quack, optionally after a residual add and
+before a GEMM), softmax rows (quack), the SwiGLU gate/up GEMM pair (quack's gated GEMM).
+:func:`gemm_pattern`, :func:`attention_pattern`, :func:`rmsnorm_pattern`,
+:func:`softmax_pattern` and :func:`swiglu_pattern` say whether a graph *is* such a
+structure and how its tensors map onto the library's layout, so that the peers
+(:mod:`superopt.run.peers`) include the vendor path for any graph that has it.
 
 Owns: structure recognition. Imports only the IR.
 """
@@ -11,7 +14,7 @@ Owns: structure recognition. Imports only the IR.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .dag import Graph, NodeId
 
@@ -35,13 +38,13 @@ class GemmPattern:
     out_perm: tuple[int, ...]
 
 
-def gemm_pattern(graph: Graph) -> GemmPattern | None:
-    """The :class:`GemmPattern` of ``graph``, or ``None`` if it is not a plain GEMM."""
-    comp = _computed(graph)
-    if len(graph.outputs) != 1 or len(comp) != 1 or graph.nodes[comp[0]].op != "matmul" \
-            or comp[0] != graph.outputs[0]:
+def _plain_gemm(graph: Graph, mm_id: NodeId) -> tuple[GemmPattern, tuple[str, ...]] | None:
+    """Node ``mm_id`` as a matmul of two distinct inputs with one row and one column axis:
+    its :class:`GemmPattern` (``out_perm`` to the node's axes) and the axes
+    ``[batch..., m, n]``."""
+    mm = graph.nodes[mm_id]
+    if mm.op != "matmul":
         return None
-    mm = graph.nodes[comp[0]]
     a, b = mm.args
     if a == b or graph.nodes[a].op != "input" or graph.nodes[b].op != "input":
         return None
@@ -53,9 +56,18 @@ def gemm_pattern(graph: Graph) -> GemmPattern | None:
         return None
     a_perm = tuple(ax_a.index(x) for x in [*batch, rows[0], mm.axis])
     b_perm = tuple(ax_b.index(x) for x in [*batch, mm.axis_b, cols[0]])
-    res_axes = [*batch, rows[0], cols[0]]
+    res_axes = (*batch, rows[0], cols[0])
     out_perm = tuple(res_axes.index(x) for x in mm.axes)
-    return GemmPattern(a, b, a_perm, b_perm, out_perm)
+    return GemmPattern(a, b, a_perm, b_perm, out_perm), res_axes
+
+
+def gemm_pattern(graph: Graph) -> GemmPattern | None:
+    """The :class:`GemmPattern` of ``graph``, or ``None`` if it is not a plain GEMM."""
+    comp = _computed(graph)
+    if len(graph.outputs) != 1 or len(comp) != 1 or comp[0] != graph.outputs[0]:
+        return None
+    found = _plain_gemm(graph, comp[0])
+    return None if found is None else found[0]
 
 
 @dataclass(frozen=True)
@@ -178,3 +190,299 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     lo, hi = (mask[1], mask[2]) if mask is not None else (None, None)
     return AttentionPattern(q, k, v, heads, kv_heads, g.size(t_q), g.size(t_kv), g.size(d),
                             g.size(d_v), scale, mask is not None, lo, hi)
+
+
+# -- row-wise structures: RMSNorm, softmax, SwiGLU --------------------------------------------
+
+def _mul_factors(graph: Graph, x: NodeId) -> list[NodeId]:
+    """The factors of a tree of ``mul`` nodes rooted at ``x`` (``x`` itself if not a mul)."""
+    n = graph.nodes[x]
+    if n.op != "mul":
+        return [x]
+    return [*_mul_factors(graph, n.args[0]), *_mul_factors(graph, n.args[1])]
+
+
+def _scalar(graph: Graph, x: NodeId) -> float | None:
+    """The value of a finite ``eps``/``const`` leaf, else ``None``."""
+    n = graph.nodes[x]
+    if n.op in ("eps", "const") and n.value is not None and math.isfinite(n.value):
+        return float(n.value)
+    return None
+
+
+def _mean_square(graph: Graph, x: NodeId) -> tuple[NodeId, str] | None:
+    """``x`` as ``mean_d(h²)``: ``sum_d(h²)`` divided by ``size(d)`` (or the constant
+    ``|d|``), or times the constant ``1/|d|``; ``h²`` as ``square(h)`` or ``h · h``.
+    ``(h, d)``."""
+    n = graph.nodes[x]
+    if n.op == "div":
+        s, c = n.args
+        cn = graph.nodes[c]
+        if graph.nodes[s].op != "reduce":
+            return None
+        d = graph.nodes[s].axis
+        if not ((cn.op == "size" and cn.axis == d) or _scalar(graph, c) == graph.size(d)):
+            return None
+    elif n.op == "mul":
+        for s, c in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+            v = _scalar(graph, c)
+            if graph.nodes[s].op == "reduce" and v is not None and \
+                    abs(v * graph.size(graph.nodes[s].axis) - 1.0) <= 1e-12:
+                break
+        else:
+            return None
+    else:
+        return None
+    sn = graph.nodes[s]
+    if sn.fn != "sum":
+        return None
+    q = graph.nodes[sn.args[0]]
+    if q.op == "square":
+        return q.args[0], sn.axis
+    if q.op == "mul" and q.args[0] == q.args[1]:
+        return q.args[0], sn.axis
+    return None
+
+
+def _rms_of(graph: Graph, x: NodeId, *, denominator: bool) -> tuple[NodeId, str, float] | None:
+    """``x`` as ``rsqrt(mean_d(h²) + eps)`` (or ``1 / sqrt(…)``; with ``denominator``, as
+    the ``sqrt(mean_d(h²) + eps)`` that divides ``h``): ``(h, d, eps)``."""
+    n = graph.nodes[x]
+    if denominator:
+        if n.op != "sqrt":
+            return None
+        a = n.args[0]
+    elif n.op == "rsqrt":
+        a = n.args[0]
+    elif n.op == "recip" and graph.nodes[n.args[0]].op == "sqrt":
+        a = graph.nodes[n.args[0]].args[0]
+    else:
+        return None
+    an = graph.nodes[a]
+    if an.op != "add":
+        return None
+    for ms, e in ((an.args[0], an.args[1]), (an.args[1], an.args[0])):
+        eps = _scalar(graph, e)
+        found = _mean_square(graph, ms) if eps is not None and eps >= 0 else None
+        if found is not None:
+            return found[0], found[1], eps
+    return None
+
+
+@dataclass(frozen=True)
+class RmsNormPattern:
+    """The graph is RMSNorm of the rows of ``H`` over axis ``d``:
+    ``Z = H · rsqrt(mean_d(H²) + eps) [· γ]``, optionally followed by ``O = Z @_d W``.
+
+    ``H`` is the input ``x``, or ``x + residual`` of two inputs (then ``h_output`` is H's
+    index among the graph's outputs, or ``None`` where H is not an output). ``x_perm`` and
+    ``r_perm`` permute X and the residual to ``[rows..., d]``; ``gain`` is an input ``γ[d]``
+    or ``None``; ``w``/``w_perm``: W permuted to ``[d, n]`` (``None``: no GEMM);
+    ``out_perm`` permutes ``[rows..., d]`` (with the GEMM ``[rows..., n]``) to the output's
+    axes, ``h_perm`` ``[rows..., d]`` to H's. ``rows``: the row axes, in order."""
+
+    x: NodeId
+    x_perm: tuple[int, ...]
+    rows: tuple[str, ...]
+    d: str
+    eps: float
+    out_perm: tuple[int, ...]
+    gain: NodeId | None = None
+    residual: NodeId | None = None
+    r_perm: tuple[int, ...] = ()
+    h_output: int | None = None
+    h_perm: tuple[int, ...] = ()
+    w: NodeId | None = None
+    w_perm: tuple[int, ...] = ()
+
+
+def _rms_norm(graph: Graph, z: NodeId) -> tuple[NodeId, str, float, NodeId | None] | None:
+    """``z`` as ``h · rsqrt(mean_d(h²) + eps) [· γ]`` (factors in any order and grouping, or
+    ``(h [· γ]) / sqrt(mean_d(h²) + eps)``): ``(h, d, eps, γ or None)``."""
+    n = graph.nodes[z]
+    if n.op == "div":
+        rms = _rms_of(graph, n.args[1], denominator=True)
+        rest = _mul_factors(graph, n.args[0])
+    else:
+        factors = _mul_factors(graph, z)
+        found = [(f, r) for f in factors
+                 if (r := _rms_of(graph, f, denominator=False)) is not None]
+        if len(found) != 1:
+            return None
+        rest = list(factors)
+        rest.remove(found[0][0])
+        rms = found[0][1]
+    if rms is None:
+        return None
+    h, d, eps = rms
+    if h not in rest:
+        return None
+    rest.remove(h)
+    if not rest:
+        return h, d, eps, None
+    g = rest[0]
+    if len(rest) == 1 and graph.nodes[g].op == "input" and graph.nodes[g].axes == (d,):
+        return h, d, eps, g
+    return None
+
+
+def _rmsnorm_from(graph: Graph, o: NodeId) -> tuple[RmsNormPattern, NodeId] | None:
+    """Output ``o`` as RMSNorm, or RMSNorm then a GEMM with an input ``W[d, n]``: the
+    pattern and the node ``H`` that is normalised."""
+    on = graph.nodes[o]
+    z, w, w_perm, k_z = o, None, (), None
+    if on.op == "matmul":
+        for side in (0, 1):
+            zi, wi = on.args[side], on.args[1 - side]
+            k_z, k_w = (on.axis, on.axis_b) if side == 0 else (on.axis_b, on.axis)
+            wa = graph.nodes[wi].axes
+            if graph.nodes[wi].op == "input" and len(wa) == 2 and k_w in wa and \
+                    wa[1 - wa.index(k_w)] not in graph.nodes[zi].axes and \
+                    _rms_norm(graph, zi) is not None:
+                break
+        else:
+            return None
+        z, w = zi, wi
+        w_perm = (wa.index(k_w), 1 - wa.index(k_w))
+    found = _rms_norm(graph, z)
+    if found is None:
+        return None
+    h, d, eps, gain = found
+    if w is not None and k_z != d:
+        return None  # a GEMM over a row axis of the normalised rows
+    hn = graph.nodes[h]
+    residual = None
+    if hn.op == "add" and hn.args[0] != hn.args[1] and \
+            all(graph.nodes[a].op == "input" for a in hn.args) and \
+            set(graph.nodes[hn.args[0]].axes) == set(graph.nodes[hn.args[1]].axes):
+        x, residual = hn.args
+    elif hn.op == "input":
+        x = h
+    else:
+        return None
+    rows = tuple(a for a in hn.axes if a != d)
+    order = (*rows, d)
+
+    def perm(axes: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(axes.index(a) for a in order)
+
+    res_axes = order if w is None else (*rows, graph.nodes[w].axes[w_perm[1]])
+    p = RmsNormPattern(
+        x=x, x_perm=perm(graph.nodes[x].axes), rows=rows, d=d, eps=eps,
+        out_perm=tuple(res_axes.index(a) for a in on.axes), gain=gain, residual=residual,
+        r_perm=perm(graph.nodes[residual].axes) if residual is not None else (),
+        h_perm=tuple(order.index(a) for a in hn.axes) if residual is not None else (),
+        w=w, w_perm=w_perm)
+    return p, h
+
+
+def rmsnorm_pattern(graph: Graph) -> RmsNormPattern | None:
+    """The :class:`RmsNormPattern` of ``graph``, or ``None``.
+
+    One output (the normalised rows, or their GEMM), or, where a residual add is
+    normalised, two: that and the sum ``H`` in either order (a transformer block's
+    residual stream)."""
+    outs = graph.outputs
+    if len(outs) not in (1, 2):
+        return None
+    for i, o in enumerate(outs):
+        found = _rmsnorm_from(graph, o)
+        if found is None:
+            continue
+        p, h = found
+        if len(outs) == 1:
+            return p
+        if p.residual is not None and outs[1 - i] == h:
+            return replace(p, h_output=1 - i)
+    return None
+
+
+@dataclass(frozen=True)
+class SoftmaxPattern:
+    """The graph is softmax over ``axis`` of one input X: ``exp(X) / sum_axis exp(X)``, or
+    with the row max subtracted first (``stable``). ``x_perm`` permutes X to
+    ``[rows..., axis]``; ``out_perm`` permutes ``[rows..., axis]`` to the output's axes."""
+
+    x: NodeId
+    axis: str
+    x_perm: tuple[int, ...]
+    out_perm: tuple[int, ...]
+    stable: bool
+
+
+def softmax_pattern(graph: Graph) -> SoftmaxPattern | None:
+    """The :class:`SoftmaxPattern` of ``graph`` (``e / z`` or ``e · recip(z)``), or ``None``."""
+    if len(graph.outputs) != 1:
+        return None
+    o = graph.outputs[0]
+    on = graph.nodes[o]
+    if on.op == "div":
+        e, z = on.args
+    elif on.op == "mul":
+        pairs = [(a, graph.nodes[b].args[0]) for a, b in (on.args, on.args[::-1])
+                 if graph.nodes[b].op == "recip"]
+        if not pairs:
+            return None
+        e, z = pairs[0]
+    else:
+        return None
+    en, zn = graph.nodes[e], graph.nodes[z]
+    if en.op != "exp" or zn.op != "reduce" or zn.fn != "sum" or zn.args != (e,):
+        return None
+    axis, s = zn.axis, en.args[0]
+    stable = False
+    sn = graph.nodes[s]
+    if sn.op == "sub":
+        s, m = sn.args
+        mn = graph.nodes[m]
+        if mn.op != "reduce" or mn.fn != "max" or mn.axis != axis or mn.args != (s,):
+            return None
+        stable = True
+    if graph.nodes[s].op != "input":
+        return None
+    xa = graph.nodes[s].axes
+    order = (*(a for a in xa if a != axis), axis)
+    return SoftmaxPattern(s, axis, tuple(xa.index(a) for a in order),
+                          tuple(order.index(a) for a in on.axes), stable)
+
+
+@dataclass(frozen=True)
+class SwigluPattern:
+    """The graph is ``O = silu(X @ W_gate) · (X @ W_up)``: two plain GEMMs of the same X
+    with gate and up weights of the same axes (``silu(g)`` may be written ``g · σ(g)``).
+    ``gate``/``up``: their :class:`GemmPattern` (``out_perm`` to each matmul's axes);
+    ``out_perm`` permutes ``[batch..., m, n]`` to the output's axes."""
+
+    gate: GemmPattern
+    up: GemmPattern
+    out_perm: tuple[int, ...]
+
+
+def swiglu_pattern(graph: Graph) -> SwigluPattern | None:
+    """The :class:`SwigluPattern` of ``graph``, or ``None``."""
+    if len(graph.outputs) != 1:
+        return None
+    o = graph.outputs[0]
+    f = _mul_factors(graph, o)
+    ops = [graph.nodes[i].op for i in f]
+    if len(f) == 2 and ops.count("silu") == 1:
+        act = f[ops.index("silu")]
+        g, u = graph.nodes[act].args[0], f[1 - ops.index("silu")]
+    elif len(f) == 3 and ops.count("sigmoid") == 1:
+        sig = f.pop(ops.index("sigmoid"))
+        g = graph.nodes[sig].args[0]
+        if g not in f:
+            return None
+        f.remove(g)
+        u = f[0]
+    else:
+        return None
+    gate, up = _plain_gemm(graph, g), _plain_gemm(graph, u)
+    if gate is None or up is None or gate[1] != up[1]:
+        return None
+    (gp, axes), (up_p, _) = gate, up
+    ga, ua = graph.nodes[g], graph.nodes[u]
+    if gp.a != up_p.a or gp.a_perm != up_p.a_perm or gp.b_perm != up_p.b_perm or \
+            ga.axis != ua.axis or graph.nodes[gp.b].axes != graph.nodes[up_p.b].axes:
+        return None
+    return SwigluPattern(gp, up_p, tuple(axes.index(a) for a in graph.nodes[o].axes))

@@ -9,10 +9,11 @@ For any graph (nothing is looked up by its name):
 * ``torch.compile max-autotune-no-cudagraphs``: the same with that mode (the timing itself
   replays CUDA graphs);
 
-and the vendor paths where the graph's *structure* is a known pattern (:mod:`superopt.run.
+and the vendor paths where the graph's *structure* is a known pattern (:mod:`superopt.ir.
 patterns`):
 
-* a plain GEMM (one matmul of two inputs): ``cuBLAS`` (``torch.matmul`` on strided views);
+* a plain GEMM (one matmul of two inputs): ``cuBLAS`` (``torch.matmul`` on strided views)
+  and ``quack GEMM`` (``quack.gemm_interface.gemm``, autotuned on its first call);
 * attention (``softmax_{t_kv}(mask(Q @_d K · c)) @_{t_kv} V``, any batch axes, K/V heads
   shared by groups of query heads, a band mask such as causal or a sliding window):
   ``SDPA cuDNN``, ``SDPA flash`` (``scaled_dot_product_attention`` with that one backend,
@@ -20,7 +21,20 @@ patterns`):
   and ``FA4`` (FlashAttention-4's CuTe DSL forward, ``flash_attn.cute.flash_attn_func``,
   native ``[batch, seq, heads, dim]`` layout and GQA, ``causal`` / ``window_size``), which is
   ``absent`` where not installed. A backend that cannot run a case fails its check and is
-  recorded so.
+  recorded so;
+* RMSNorm rows (``H · rsqrt(mean_d(H²) + eps)``, an optional gain ``γ[d]``, ``H`` an input
+  or a residual add of two, then optionally a GEMM ``@_d W``): ``quack RMSNorm``
+  (``quack.rmsnorm.rmsnorm_fwd``, with ``residual=`` for the add), named ``quack RMSNorm +
+  cuBLAS`` where the GEMM follows (``torch.matmul``);
+* softmax rows of an input (``exp(X) / Σ exp(X)``, with or without the max subtracted):
+  ``quack softmax`` (``quack.softmax.softmax_fwd``);
+* SwiGLU (``silu(X @ W_gate) · (X @ W_up)``, any batch axes): ``quack gated GEMM``
+  (``quack.gemm_interface.gemm_act(..., activation="swiglu")`` on the gate and up weights
+  interleaved column by column, made once per weight pair as a model stores them).
+
+The quack peers (quack-kernels 0.6.5, CuTe DSL) are ``absent`` where quack is not installed,
+as FA4 is. They hand quack its layouts: rows ``[rows, n]`` with unit last stride, GEMM
+operands ``A[(L,) m, k]``, ``B[(L,) k, n]``, views wherever the graph's layout allows.
 
 Every peer is a callable on the graph's inputs in the graph's input order, returning the
 output. :func:`run_peer` checks one against the float64 reference and times it; any failure
@@ -32,6 +46,7 @@ Owns: what the peers are and how each runs. Imports torch at the top: it runs in
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -41,7 +56,9 @@ import torch.nn.functional as F
 from ..ir.dag import Graph
 from ..ir.ops import BINARY, UNARY
 from ..ir.semantics import align, band_mask, einsum_spec, relative_error
-from ..ir.patterns import AttentionPattern, GemmPattern, attention_pattern, gemm_pattern
+from ..ir.patterns import (AttentionPattern, GemmPattern, RmsNormPattern, SoftmaxPattern,
+                           SwigluPattern, attention_pattern, gemm_pattern, rmsnorm_pattern,
+                           softmax_pattern, swiglu_pattern)
 from .records import PeerResult, TimingConfig
 from .timing import measure, short_error, synchronize
 
@@ -201,17 +218,142 @@ def _fa4(graph: Graph, p: AttentionPattern) -> Callable[..., torch.Tensor]:
     return fa4
 
 
+# quack (Tri Dao's CuTe DSL kernels, quack-kernels 0.6.5): each builder imports it, so a
+# machine without it records the peer ``absent``. Row kernels take ``[rows, n]`` with the
+# last stride 1; the GEMMs take ``A[(L,) m, k]`` and ``B[(L,) k, n]``, either of the last two
+# strides 1 (the kernel reads an operand's major from ``stride(-1) == 1``).
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` (already ``[rows..., n]``) as ``[rows, n]`` with unit last stride: a view where
+    the layout allows, a copy otherwise."""
+    t = t.reshape(-1, n)
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _mn_major(t: torch.Tensor, batch: int) -> torch.Tensor:
+    """``t`` (``[batch..., x, y]``) as quack's GEMM operand: the batch axes flattened into one
+    (none kept as 2-D), and a copy only if neither of the last two strides is 1."""
+    if batch > 1:
+        t = t.reshape(-1, *t.shape[-2:])
+    return t if t.stride(-1) == 1 or t.stride(-2) == 1 else t.contiguous()
+
+
+def _quack_gemm(graph: Graph, p: GemmPattern) -> Callable[..., torch.Tensor]:
+    from quack.gemm_interface import gemm  # absent where not installed
+
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    batch = len(p.a_perm) - 2
+
+    def quack_gemm(*args: torch.Tensor) -> torch.Tensor:
+        a = args[pos[p.a]].permute(*p.a_perm)
+        b = args[pos[p.b]].permute(*p.b_perm)
+        out = gemm(_mn_major(a, batch), _mn_major(b, batch))
+        return out.reshape(*a.shape[:-1], b.shape[-1]).permute(*p.out_perm)
+    return quack_gemm
+
+
+def _quack_rmsnorm(graph: Graph, p: RmsNormPattern) -> Callable[..., torch.Tensor]:
+    """``quack.rmsnorm.rmsnorm_fwd(x[rows, d], γ[d] | None, residual=r[rows, d] | None,
+    eps=eps) → (Z, H, None)``; then ``torch.matmul(Z, W[d, n])`` (cuBLAS) where a GEMM
+    follows."""
+    from quack.rmsnorm import rmsnorm_fwd  # absent where not installed
+
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    rows = tuple(graph.size(a) for a in p.rows)
+    d = graph.size(p.d)
+
+    def quack_rmsnorm(*args: torch.Tensor) -> Any:
+        x = _rows(args[pos[p.x]].permute(*p.x_perm), d)
+        r = None if p.residual is None else _rows(args[pos[p.residual]].permute(*p.r_perm), d)
+        gain = None if p.gain is None else args[pos[p.gain]]
+        z, h, _ = rmsnorm_fwd(x, gain, residual=r, eps=p.eps)
+        if p.w is not None:
+            z = torch.matmul(z, args[pos[p.w]].permute(*p.w_perm))
+        z = z.reshape(*rows, z.shape[-1]).permute(*p.out_perm)
+        if p.h_output is None:
+            return z
+        h = h.reshape(*rows, d).permute(*p.h_perm)
+        return (h, z) if p.h_output == 0 else (z, h)
+    return quack_rmsnorm
+
+
+def _quack_softmax(graph: Graph, p: SoftmaxPattern) -> Callable[..., torch.Tensor]:
+    """``quack.softmax.softmax_fwd(x[rows, n]) → [rows, n]`` (it subtracts the row max
+    whether or not the graph does: the same function wherever the graph's is finite)."""
+    from quack.softmax import softmax_fwd  # absent where not installed
+
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    n = graph.size(p.axis)
+
+    def quack_softmax(*args: torch.Tensor) -> torch.Tensor:
+        x = args[pos[p.x]].permute(*p.x_perm)
+        return softmax_fwd(_rows(x, n)).reshape(x.shape).permute(*p.out_perm)
+    return quack_softmax
+
+
+class _GateUp:
+    """``B[(L,) k, 2n]``: the gate and up weights (``[batch..., k, n]`` after ``perm``)
+    interleaved column by column, the weight layout of quack's gated GEMM. Made once per pair
+    of weight tensors (the same objects at the same version), as a model stores its fused
+    gate/up weight, so that a call's work is the gated GEMM alone."""
+
+    def __init__(self, perm: tuple[int, ...], batch: int) -> None:
+        self._perm, self._batch = perm, batch
+        self._made: dict[tuple[int, int], tuple] = {}
+
+    def __call__(self, wg: torch.Tensor, wu: torch.Tensor) -> torch.Tensor:
+        key, version = (id(wg), id(wu)), (wg._version, wu._version)
+        hit = self._made.get(key)
+        if hit is not None and hit[0]() is wg and hit[1]() is wu and hit[2] == version:
+            return hit[3]
+        self._made = {k: v for k, v in self._made.items()
+                      if v[0]() is not None and v[1]() is not None}
+        b = torch.stack((wg.permute(*self._perm), wu.permute(*self._perm)), dim=-1)
+        b = _mn_major(b.flatten(-2), self._batch)
+        self._made[key] = (weakref.ref(wg), weakref.ref(wu), version, b)
+        return b
+
+
+def _quack_gated(graph: Graph, p: SwigluPattern) -> Callable[..., torch.Tensor]:
+    """``quack.gemm_interface.gemm_act(A, B, activation="swiglu", store_preact=False) →
+    (None, silu(A @ B[..., 0::2]) · (A @ B[..., 1::2]))`` with ``B`` from :class:`_GateUp`."""
+    from quack.gemm_interface import gemm_act  # absent where not installed
+
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    g, u = p.gate, p.up
+    batch = len(g.a_perm) - 2
+    gate_up = _GateUp(g.b_perm, batch)
+
+    def quack_gated(*args: torch.Tensor) -> torch.Tensor:
+        a = args[pos[g.a]].permute(*g.a_perm)
+        b = gate_up(args[pos[g.b]], args[pos[u.b]])
+        _, out = gemm_act(_mn_major(a, batch), b, activation="swiglu", store_preact=False)
+        return out.reshape(*a.shape[:-1], out.shape[-1]).permute(*p.out_perm)
+    return quack_gated
+
+
 def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]]]:
     """Vendor peer name → a builder, for the patterns the graph's structure matches."""
     out: dict[str, Callable[[], Callable[..., torch.Tensor]]] = {}
     g = gemm_pattern(graph)
     if g is not None:
         out["cuBLAS"] = lambda: _cublas(graph, g)
+        out["quack GEMM"] = lambda: _quack_gemm(graph, g)
     a = attention_pattern(graph)
     if a is not None:
         for name, backend in SDPA_PEERS.items():
             out[name] = (lambda b=backend: _sdpa(graph, a, b))
         out["FA4"] = lambda: _fa4(graph, a)
+    r = rmsnorm_pattern(graph)
+    if r is not None:
+        out["quack RMSNorm" + (" + cuBLAS" if r.w is not None else "")] = \
+            lambda: _quack_rmsnorm(graph, r)
+    s = softmax_pattern(graph)
+    if s is not None:
+        out["quack softmax"] = lambda: _quack_softmax(graph, s)
+    w = swiglu_pattern(graph)
+    if w is not None:
+        out["quack gated GEMM"] = lambda: _quack_gated(graph, w)
     return out
 
 
@@ -225,7 +367,7 @@ def make_peer(graph: Graph, name: str) -> Callable[..., torch.Tensor]:
 
     Raises:
         KeyError: a peer that does not apply to this graph.
-        ImportError: an optional vendor library that is not installed (FA4).
+        ImportError: an optional vendor library that is not installed (FA4, quack).
     """
     if name == "eager":
         return eager_program(graph)
