@@ -166,7 +166,8 @@ def test_the_solver_refusal_refuses():
 
 
 @pytest.mark.parametrize("mod", ["superopt", "superopt.search", "superopt.cli",
-                                 "superopt.verify", "superopt.verify.interpreter"])
+                                 "superopt.verify", "superopt.verify.interpreter",
+                                 "superopt.verify.step_checker"])
 def test_the_package_imports_without_sympy_and_z3(mod):
     r = _run_without_solvers(f"import {mod}\n"
                              "assert not {'sympy', 'z3'} & set(sys.modules), 'a solver loaded'")

@@ -1,6 +1,9 @@
 """The algebraic rules: each rewrites the graph of an unscheduled plan (one kernel per node)
 and returns the initial plan of the new graph. ``<rule>_sites(plan)`` lists the sites,
-``<rule>(plan, site)`` rewrites there; :mod:`superopt.derive.rules` tables them.
+``<rule>_rewrite(plan, site)`` builds the new graph with its
+:class:`~superopt.derive.rewrite.RewriteWitness` (Lean: ``stabilizeRewrite``, ...,
+``Rule.rewriteW``), and ``<rule>(plan, site)`` is the initial plan of that graph;
+:mod:`superopt.derive.rules` tables them.
 
 Owns: what each algebraic rule matches and builds. Imports the IR, the plan and the graph
 rewriter only.
@@ -11,7 +14,7 @@ from __future__ import annotations
 from ..ir.dag import Graph, Node, NodeId
 from ..ir.ops import LOG2E
 from .plan import Plan, initial_plan
-from .rewrite import Emitter, rewrite_graph
+from .rewrite import Emitter, RewriteWitness, rewrite_graph_w
 
 Site = tuple
 
@@ -41,6 +44,11 @@ def _is_stabilized(g: Graph, x: NodeId, axis: str) -> bool:
 
 
 def stabilize_softmax(plan: Plan, site: Site) -> Plan:
+    """The initial plan of :func:`stabilize_softmax_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
+    return initial_plan(stabilize_softmax_rewrite(plan, site)[0])
+
+
+def stabilize_softmax_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     g = plan.graph
     (p,) = site
     e, z = g.nodes[p].args
@@ -53,7 +61,7 @@ def stabilize_softmax(plan: Plan, site: Site) -> Plan:
         e2 = em.add(Node("exp", (d,)))
         z2 = em.add(Node("reduce", (e2,), axis=axis, fn="sum"))
         return em.add(Node("div", (e2, z2)))
-    return initial_plan(rewrite_graph(g, p, emit))
+    return rewrite_graph_w(g, p, emit)
 
 
 def row_scale_parts(g: Graph, y: NodeId, contracted: str):
@@ -83,6 +91,11 @@ def factor_row_scale_sites(plan: Plan) -> list[Site]:
 
 
 def factor_row_scale(plan: Plan, site: Site) -> Plan:
+    """The initial plan of :func:`factor_row_scale_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
+    return initial_plan(factor_row_scale_rewrite(plan, site)[0])
+
+
+def factor_row_scale_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     g = plan.graph
     o, idx = site
     n = g.nodes[o]
@@ -94,7 +107,7 @@ def factor_row_scale(plan: Plan, site: Site) -> Plan:
         args[idx] = em.old(x)
         mm = em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
         return em.add(Node(op, (mm, em.old(s))))
-    return initial_plan(rewrite_graph(g, o, emit))
+    return rewrite_graph_w(g, o, emit)
 
 
 def exp_to_exp2_sites(plan: Plan) -> list[Site]:
@@ -104,6 +117,11 @@ def exp_to_exp2_sites(plan: Plan) -> list[Site]:
 
 
 def exp_to_exp2(plan: Plan, site: Site) -> Plan:
+    """The initial plan of :func:`exp_to_exp2_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
+    return initial_plan(exp_to_exp2_rewrite(plan, site)[0])
+
+
+def exp_to_exp2_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     g = plan.graph
     (e,) = site
     x = g.nodes[e].args[0]
@@ -112,7 +130,7 @@ def exp_to_exp2(plan: Plan, site: Site) -> Plan:
         c = em.add(Node("const", value=LOG2E))
         y = em.add(Node("mul", (em.old(x), c)))
         return em.add(Node("exp2", (y,)))
-    return initial_plan(rewrite_graph(g, e, emit))
+    return rewrite_graph_w(g, e, emit)
 
 
 def _operands(n: Node):
@@ -161,6 +179,11 @@ def distribute_bias_sites(plan: Plan) -> list[Site]:
 
 
 def distribute_matmul(plan: Plan, site: Site) -> Plan:
+    """The initial plan of :func:`distribute_matmul_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
+    return initial_plan(distribute_matmul_rewrite(plan, site)[0])
+
+
+def distribute_matmul_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     """``(X ± v) @ W → X @ W ± T``. Rule ``distribute_matmul`` (``v`` free of the contracted
     axis ``k``, a per-row offset such as LayerNorm's mean): ``T = v · Σ_k W`` (``Σ_k A · v``
     for the second operand), a rank-one epilogue term. Rule ``distribute_bias`` (``v`` along
@@ -184,7 +207,7 @@ def distribute_matmul(plan: Plan, site: Site) -> Plan:
             s = em.add(Node("reduce", (em.old(other),), axis=other_ax, fn="sum"))
             t = em.add(Node("mul", (em.old(v), s) if idx == 0 else (s, em.old(v))))
         return em.add(Node(op, (mm, t)))
-    return initial_plan(rewrite_graph(g, o, emit))
+    return rewrite_graph_w(g, o, emit)
 
 
 def _scaled_parts(g: Graph, y: NodeId):
@@ -222,6 +245,11 @@ def commute_row_scale_sites(plan: Plan) -> list[Site]:
 
 
 def commute_row_scale(plan: Plan, site: Site) -> Plan:
+    """The initial plan of :func:`commute_row_scale_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
+    return initial_plan(commute_row_scale_rewrite(plan, site)[0])
+
+
+def commute_row_scale_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     """``(X ⋆ s) · c → (X · c) ⋆ s`` at a matmul operand, so that ``factor_row_scale`` can take
     the row scale ``s`` out past a gain ``c`` along the contracted axis (RMSNorm's γ)."""
     g = plan.graph
@@ -236,7 +264,7 @@ def commute_row_scale(plan: Plan, site: Site) -> Plan:
         args = [em.old(a) for a in n.args]
         args[idx] = y
         return em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
-    return initial_plan(rewrite_graph(g, o, emit))
+    return rewrite_graph_w(g, o, emit)
 
 
 def contracted_scale_parts(g: Graph, o: NodeId, idx: int):
@@ -269,6 +297,12 @@ def move_contracted_scale_sites(plan: Plan) -> list[Site]:
 
 
 def move_contracted_scale(plan: Plan, site: Site) -> Plan:
+    """The initial plan of :func:`move_contracted_scale_rewrite`'s graph (Lean:
+    ``Rule.applyFn``)."""
+    return initial_plan(move_contracted_scale_rewrite(plan, site)[0])
+
+
+def move_contracted_scale_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     """``(a · c) @ W → a @ (W · c)`` for ``c`` along the contracted axis (a LayerNorm or RMSNorm
     gain moves onto the weight, leaving the activation operand free for the other rules)."""
     g = plan.graph
@@ -281,4 +315,4 @@ def move_contracted_scale(plan: Plan, site: Site) -> Plan:
         wc = em.add(Node("mul", (em.old(other), em.old(c))))
         args = [em.old(a), wc] if idx == 0 else [wc, em.old(a)]
         return em.add(Node("matmul", tuple(args), axis=n.axis, axis_b=n.axis_b))
-    return initial_plan(rewrite_graph(g, o, emit))
+    return rewrite_graph_w(g, o, emit)

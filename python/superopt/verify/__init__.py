@@ -13,9 +13,16 @@
   application, each output proved equal to the graph's;
 * :mod:`superopt.verify.mutants`: a deliberately wrong implementation per rule, refuted;
 * :mod:`superopt.verify.rule_check`: :func:`~superopt.verify.rule_check.check_rule`, the
-  three checks of one rule in one report.
+  three checks of one rule in one report;
+* :mod:`superopt.verify.step_checker`: the twin of Lean's step checker
+  (``Superopt.Verify.verify``): a derivation replayed and every step checked —
+  ``validRewrite`` for an algebraic rewrite (:mod:`superopt.verify.validate`,
+  :mod:`superopt.verify.root_patterns`, on the Lean view of a graph,
+  :mod:`superopt.verify.lean_graph`), an unchanged graph for a schedule step — then
+  ``planWF`` on the plan (:mod:`superopt.verify.plan_wf`). Needs no solver.
 
 The last stage: it may import every earlier one, and nothing imports it. It is the only
 place that imports sympy and z3 (test extras: ``pip install -e '.[test]'``); of its modules
-only the interpreter runs without them. This package module imports none of them.
+only the interpreter and the step checker run without them. This package module imports
+none of them.
 """

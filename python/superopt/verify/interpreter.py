@@ -5,7 +5,12 @@ each grid tile it streams the kernel's streamed axis tile by tile, updating accu
 (``sum``: ``acc += partial``; ``max``: ``acc = max(acc, partial)``; matmul contractions as
 sums), and for online-softmax kernels rescales every accumulator that reads the running
 max through ``exp`` by ``exp(m_old − m_new)`` (evaluated from the graph's own exp
-expression, so the ``exp2`` form rescales with ``exp2((m_old − m_new)·log2 e)``). Values
+expression, so the ``exp2`` form rescales with ``exp2((m_old − m_new)·log2 e)``). Inside an
+online kernel's loop a running max that is still ``−∞`` (every score of the row so far
+masked: a sliding window's first key tiles) is read as ``0``, as the kernels do
+(``mr = (m == −∞) ? 0 : m``, :mod:`superopt.lower.kernels.attention_online_softmax`): the
+masked scores then contribute ``exp(−∞) = 0`` and the rescale is ``exp(−∞ − 0) = 0``, not
+``exp(−∞ + ∞) = NaN``; a row with no key at all still ends ``0 / 0``, as the reference. Values
 inside a kernel live only for the tile; a kernel's outputs are written to global buffers,
 and every materialised element must be written exactly once per grid tile (checked).
 Edge tiles are the truncated tails when a size is not a multiple of the tile.
@@ -82,6 +87,7 @@ class _KernelRun:
             (g.nodes[n].op == "matmul" and g.nodes[n].axis == self.r))]
         self.acc_val: dict[NodeId, np.ndarray] = {}
         self.overrides: dict[NodeId, np.ndarray] = {}
+        self.in_online_loop = False
 
     # -- values ---------------------------------------------------------------------------
     def _slice_global(self, n: NodeId, region: Region) -> np.ndarray:
@@ -108,7 +114,10 @@ class _KernelRun:
         if n not in self.nodes:
             return self._slice_global(n, region)
         if n in self.acc_val:
-            return self.acc_val[n]
+            v, node = self.acc_val[n], self.g.nodes[n]
+            if self.in_online_loop and node.op == "reduce" and node.fn == "max":
+                return _finite_max(v)
+            return v
         g = self.g
         node = g.nodes[n]
         if node.is_elementwise:
@@ -244,6 +253,7 @@ class _KernelRun:
         g = self.g
         size = g.size(self.r)
         maxes = [a for a in self.accs if g.nodes[a].op == "reduce" and g.nodes[a].fn == "max"]
+        self.in_online_loop = self.kern.online
         for t in self.tiling(size, tile_size.get(self.r, size or 1)):
             if t[0] == t[1]:
                 continue
@@ -269,9 +279,11 @@ class _KernelRun:
                 if self.kern.online:
                     for m in maxes:
                         if self._depends_on(acc, m) and m in old:
-                            scale = self._online_scale(acc, m, old[m], self.acc_val[m])
+                            scale = self._online_scale(acc, m, old[m],
+                                                       _finite_max(self.acc_val[m]))
                             prev = prev * align(scale, g.nodes[m].axes, node.axes)
                 self.acc_val[acc] = prev + part
+        self.in_online_loop = False
         for acc in self.accs:  # an empty streamed axis: sums are 0, maxes -inf
             if acc not in self.acc_val:
                 node = g.nodes[acc]
@@ -289,6 +301,15 @@ class _KernelRun:
             shape = tuple(len(range(*region[a])) if a in region else g.size(a) for a in node.axes)
             self.glob[out][idx] = np.broadcast_to(val, shape)
             self.written[out][idx] = True
+
+
+def _finite_max(v):
+    """A running max as an online kernel's loop reads it: ``−∞`` (no unmasked score yet) as
+    ``0`` (see the module docstring). Float arrays only: the symbolic values of the laws
+    have no ``−∞``."""
+    if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+        return np.where(v == -math.inf, 0.0, v)
+    return v
 
 
 def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
