@@ -57,13 +57,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _still_works() -> None:
+def check_still_works() -> None:
     """The decoder and the bridge answer a valid message (after whatever came before)."""
     assert wire.decode(PING) == {"v": 2, "kind": "ping"}
     assert bridge.handle(PING) == PONG
 
 
-def decode_checked(data: bytes):
+def check_decode(data: bytes):
     """``wire.decode(data)``; a failure must be a located DecodeError."""
     try:
         return wire.decode(data)
@@ -71,11 +71,11 @@ def decode_checked(data: bytes):
         assert e.path == "" and e.kind == "decode" and e.message
         assert isinstance(e.offset, int) and 0 <= e.offset <= len(data), (e.offset, len(data))
         assert str(e).endswith(f" at byte {e.offset}")
-        _still_works()
+        check_still_works()
         return e
 
 
-def graph_checked(obj) -> Graph | errors.SuperoptError:
+def check_graph_decode(obj) -> Graph | errors.SuperoptError:
     try:
         g = wire.graph_from_wire(obj)
     except errors.SuperoptError as e:
@@ -103,10 +103,10 @@ def handled(data: bytes) -> dict:
 @settings(FUZZ, max_examples=300)
 @given(st.binary(max_size=400))
 def test_random_bytes(data):
-    got = decode_checked(data)
+    got = check_decode(data)
     if not isinstance(got, errors.DecodeError):
         if isinstance(got, dict):
-            graph_checked(got)
+            check_graph_decode(got)
     handled(data)
 
 
@@ -114,9 +114,9 @@ def test_random_bytes(data):
 @given(st.sampled_from(sorted(n for n in GOLDEN if len(GOLDEN[n]) < 20_000)), EDITS)
 def test_mutated_golden_files(name, edits):
     data = mutate(GOLDEN[name], edits)
-    got = decode_checked(data)
+    got = check_decode(data)
     if isinstance(got, dict) and got.get("kind") == "graph":
-        graph_checked(got)
+        check_graph_decode(got)
     if isinstance(got, dict) and got.get("kind") == "derivation":
         try:
             wire.derivation_from_wire(got)
@@ -130,12 +130,12 @@ def test_mutated_golden_files(name, edits):
 def test_mutated_large_golden_files(name, edits):
     """The derivation lists (60-600 KB): one edit anywhere, decoded within the memory bound."""
     data = mutate(GOLDEN[name], edits)
-    _within_memory(data)
+    check_within_memory(data)
 
 
 # -- large inputs: the memory bound ---------------------------------------------------------
 
-def _within_memory(data: bytes) -> None:
+def check_within_memory(data: bytes) -> None:
     """Decode ``data`` under tracemalloc: the peak stays under 64 MiB, success or not."""
     assert len(data) <= MIB + 64
     tracemalloc.start()
@@ -149,7 +149,7 @@ def _within_memory(data: bytes) -> None:
         tracemalloc.stop()
     del obj
     assert peak < LIMIT_BYTES, f"{peak / MIB:.1f} MiB for {len(data)} bytes"
-    _still_works()
+    check_still_works()
 
 
 def _array32(count: int) -> bytes:
@@ -180,7 +180,7 @@ def test_the_worst_wide_inputs_of_one_mib_stay_within_memory(unit):
     the error is then located by walking the whole MiB, in well under a second (the
     memory of that path: the next test)."""
     data = _wide(UNITS[unit], MIB)
-    _within_memory(data)
+    check_within_memory(data)
     try:
         wire.decode(data)
     except errors.DecodeError as e:
@@ -207,7 +207,7 @@ def test_locating_an_error_in_one_mib_stays_within_memory(unit):
         n = MIB // 16
         body = b"".join(b"\xa6" + b"%06x" % i + b"\xc0" for i in range(n - 1))
         data = _map32(n) + body + b"\xa6" + b"%06x" % 7 + b"\xc0"
-    _within_memory(data)
+    check_within_memory(data)
     with pytest.raises(errors.DecodeError) as e:
         wire.decode(data)
     assert e.value.offset == len(data) - (9 if unit == "float64" else 8)
@@ -218,9 +218,9 @@ def test_the_worst_inputs_mixed_stay_within_memory():
     half = _wide(UNITS["one-key map"], MIB // 2)[5:]
     rest = UNITS["2-char str"] * ((MIB // 2 - 8) // 3)
     n = half.count(b"\x81\xa0\xc0") + rest.count(b"\xa2AB")
-    _within_memory(_array32(n) + half + rest)
+    check_within_memory(_array32(n) + half + rest)
     wide_map = b"".join(b"\xa4" + struct.pack(">I", i) + b"\x80" for i in range(MIB // 7))
-    _within_memory(_map32(MIB // 7) + wide_map)
+    check_within_memory(_map32(MIB // 7) + wide_map)
 
 
 LARGE = st.one_of(
@@ -240,8 +240,8 @@ LARGE = st.one_of(
 @settings(FUZZ, max_examples=15)
 @given(LARGE)
 def test_large_inputs_stay_within_memory(data):
-    _within_memory(data)
-    decode_checked(data)
+    check_within_memory(data)
+    check_decode(data)
 
 
 # -- request-shaped maps and graphs ---------------------------------------------------------
@@ -304,8 +304,8 @@ def graph_maps(draw):
 @settings(FUZZ, max_examples=300)
 @given(graph_maps())
 def test_random_graph_maps(g):
-    got = graph_checked(g)
-    got2 = graph_checked(decode_checked(wire.encode(g)))
+    got = check_graph_decode(g)
+    got2 = check_graph_decode(check_decode(wire.encode(g)))
     assert type(got) is type(got2)
     if isinstance(got, errors.SuperoptError):
         assert (got.kind, got.path) == (got2.kind, got2.path)
@@ -362,11 +362,11 @@ def test_random_request_shaped_maps(req):
         return  # a valid tune would time kernels on the GPU: parsed only
     resp = handled(data)
     if resp["kind"] == "error":
-        _still_works()
+        check_still_works()
 
 
 @settings(FUZZ, max_examples=150)
 @given(st.sampled_from([n for n in GOLDEN if n.endswith(".request.msgpack")]), EDITS)
 def test_mutated_requests(name, edits):
     handled(mutate(GOLDEN[name], edits))
-    _still_works()
+    check_still_works()

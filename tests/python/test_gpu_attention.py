@@ -59,7 +59,7 @@ def _match(graph, dtype):
     return match_plan(ds[0].plan, dtype)
 
 
-def _check_graph(graph, dtype, pick, scale_q=1.0):
+def check_graph(graph, dtype, pick, scale_q=1.0):
     """Run every flat configuration ``pick(space)`` chooses; assert each matches float64."""
     m = _match(graph, dtype)
     space = config_space(m, limit=200)
@@ -95,17 +95,17 @@ def _with(**want):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_causal_gqa_ragged(dtype):
-    _check_graph(_graph(lo=0), dtype, _top(4))
+    check_graph(_graph(lo=0), dtype, _top(4))
 
 
 def test_causal_gqa_packed_and_pipelined():
     g = _graph(lo=0)
-    _check_graph(g, "float16", _with(pack_gqa=True))
-    _check_graph(g, "float16", _with(schedule="pipelined"))
+    check_graph(g, "float16", _with(pack_gqa=True))
+    check_graph(g, "float16", _with(schedule="pipelined"))
 
 
 def test_sliding_window():
-    _check_graph(_graph(tq=1000, tkv=1000, lo=0, hi=255), "float16", _top(3))
+    check_graph(_graph(tq=1000, tkv=1000, lo=0, hi=255), "float16", _top(3))
 
 
 def test_fully_masked_rows_are_nan():
@@ -116,30 +116,30 @@ def test_fully_masked_rows_are_nan():
         x = {n: torch.randn(sh, dtype=torch.float64, device="cuda") for n, sh in g.inputs}
         ref = evaluate(g, x)
     assert torch.isnan(ref[..., :200, :]).all() and torch.isfinite(ref[..., 200:, :]).all()
-    _check_graph(g, "float16", _top(3))
-    _check_graph(g, "float16", _with(schedule="pipelined"))
+    check_graph(g, "float16", _top(3))
+    check_graph(g, "float16", _with(schedule="pipelined"))
 
 
 def test_split_kv_decode():
     """LLaMA-3-8B decode shape (smaller batch): t_q = 1, 8192 keys, GQA 4."""
     g = _graph(b=2, g=8, r=4, tq=1, tkv=8192)
-    _check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:4])
-    _check_graph(g, "bfloat16", _top(2))
+    check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:4])
+    check_graph(g, "bfloat16", _top(2))
 
 
 def test_split_kv_with_mask_and_empty_splits():
     """Split-KV over a sliding window: some splits of a row see no key (weight 0)."""
     g = _graph(b=1, g=4, r=4, tq=4, tkv=4096, lo=4096 - 4 - 300, hi=None)
-    _check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:3])
+    check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:3])
 
 
 def test_softcap():
-    _check_graph(_graph(lo=0, softcap=20.0), "float16", _top(2), scale_q=4.0)
+    check_graph(_graph(lo=0, softcap=20.0), "float16", _top(2), scale_q=4.0)
 
 
 def test_lean_producer_reference_shape():
     g = _graph(b=1, g=4, r=2, tq=1024, tkv=1024)
-    _check_graph(g, "float16", _with(lean_producer=True))
+    check_graph(g, "float16", _with(lean_producer=True))
 
 
 # ------------------------------------------------------------------ kernel-level edge cases

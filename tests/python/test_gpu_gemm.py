@@ -197,7 +197,7 @@ def _numerators(arrays: dict) -> dict:
     return {n: np.rint(a * 8).astype(np.int8) for n, a in arrays.items()}
 
 
-def _check(out: np.ndarray, ref: np.ndarray, out_dtype: str, *, rounded: bool = False,
+def check_close(out: np.ndarray, ref: np.ndarray, out_dtype: str, *, rounded: bool = False,
            floor: float | None = None, label: str = "") -> None:
     """Elementwise bound (module docstring; ``floor`` replaces mean |ref| in the rounded
     bound where a plan rounds several intermediates, as the attention tests' max |V| does);
@@ -236,7 +236,7 @@ def _gemm_ref(spec: GemmSpec, x: dict, a: np.ndarray, epilogue) -> np.ndarray:
     return epilogue(acc=acc, acc2=acc2, ss=ss, row=r, col=c, batch=z)
 
 
-def _run_gemm(iso, tmp_path, spec, cfg, epilogue, *, prologue=None, rounded=False, seed=0,
+def check_gemm(iso, tmp_path, spec, cfg, epilogue, *, prologue=None, rounded=False, seed=0,
               label=""):
     rng = np.random.default_rng(seed)
     x = _inputs(spec, rng)
@@ -244,7 +244,7 @@ def _run_gemm(iso, tmp_path, spec, cfg, epilogue, *, prologue=None, rounded=Fals
     ref = _gemm_ref(spec, x, a, epilogue)
     path = _write(tmp_path, spec, cfg)
     out = iso.run(_child_kernel, path, spec.name, _numerators(x), _param_order(spec))
-    _check(out, ref, spec.out_dtype, rounded=rounded, label=label or spec.name)
+    check_close(out, ref, spec.out_dtype, rounded=rounded, label=label or spec.name)
 
 
 # =========================================================================================
@@ -262,7 +262,7 @@ ROWS_65K = GemmSpec(1, 65536 * 64 + 96, 16, 16, "kn", name="rows65k")
     (ROWS_65K, GemmConfig(64, 16, 64, 2, 128, schedule="ws", cluster_m=2)),
 ], ids=["batch-auto", "batch-ws", "rows-auto", "rows-ws-cluster"])
 def test_folded_grids_compute_every_tile(iso, tmp_path, spec, cfg):
-    _run_gemm(iso, tmp_path, spec, cfg, lambda acc, **_: acc)
+    check_gemm(iso, tmp_path, spec, cfg, lambda acc, **_: acc)
 
 
 # =========================================================================================
@@ -285,7 +285,7 @@ GQA = GemmSpec(6, 200, 300, 64, "nk", b_batch=2, name="gqa", out_dtype="float32"
     GemmConfig(64, 64, 64, 2, 128, schedule="ws", persistent=True, cluster_m=2),
 ], ids=["auto", "ws", "ws-cluster", "persistent", "ws-persistent-cluster"])
 def test_gqa_scores_with_the_causal_mask(iso, tmp_path, cfg):
-    _run_gemm(iso, tmp_path, GQA, cfg, _causal)
+    check_gemm(iso, tmp_path, GQA, cfg, _causal)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -299,7 +299,7 @@ def test_row_and_column_vectors_in_16_bits(iso, tmp_path, cfg, dtype):
                     dtype=dtype, out_dtype=dtype, name=f"vec_{dtype}")
     rng = np.random.default_rng(1)
     x = _inputs(spec, rng)
-    _run_gemm(iso, tmp_path, spec, cfg,
+    check_gemm(iso, tmp_path, spec, cfg,
               lambda acc, **_: acc * x["s"][:, :, None] + x["bias"][None, None, :], seed=1)
 
 
@@ -307,7 +307,7 @@ def test_position_fields(iso, tmp_path):
     spec = GemmSpec(6, 130, 72, 32, "kn", out_dtype="float32", name="positions",
                     epilogue="{acc} + {batch} * 100000.0 + {row} * 100.0 + {col}")
     for cfg in (GemmConfig(128, 64, 32, 2, 256), GemmConfig(64, 64, 32, 2, 128, schedule="ws")):
-        _run_gemm(iso, tmp_path, spec, cfg,
+        check_gemm(iso, tmp_path, spec, cfg,
                   lambda acc, batch, row, col, **_: acc + batch * 1e5 + row * 100.0 + col)
 
 
@@ -347,7 +347,7 @@ def test_prologue_on_a(iso, tmp_path, case, variant):
             "split": [c for c in space if c.dual_mode == "split"][:1]}[variant]
     if not pick:
         pytest.skip(f"no {variant} configuration for {spec.name}")
-    _run_gemm(iso, tmp_path, spec, pick[0], epilogue, prologue=prologue, rounded=True)
+    check_gemm(iso, tmp_path, spec, pick[0], epilogue, prologue=prologue, rounded=True)
 
 
 # =========================================================================================
@@ -377,7 +377,7 @@ def test_ring_alias_and_persistent_ws(iso, tmp_path, spec, cfg):
         ep = lambda acc, **_: acc * x["r"][:, :, None]  # noqa: E731
     else:
         ep = lambda acc, **_: acc  # noqa: E731
-    _run_gemm(iso, tmp_path, spec, cfg, ep, seed=3)
+    check_gemm(iso, tmp_path, spec, cfg, ep, seed=3)
 
 
 def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):
@@ -392,7 +392,7 @@ def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):
     res = iso.run(_child_kernel, path, spec.name, _numerators(x), _param_order(spec), 20,
                   full=True)
     ref = _gemm_ref(spec, x, x["A"], lambda acc, **_: acc)
-    _check(res["out"].astype(np.float64), ref, "float16", label="pws_repeat")
+    check_close(res["out"].astype(np.float64), ref, "float16", label="pws_repeat")
     assert res["differing"] == 0, f"{res['differing']} of 19 launches differed from the first"
 
 
@@ -434,14 +434,14 @@ def test_chain_keeps_the_intermediate_on_chip(iso, tmp_path, case):
     for cfg in cfgs:
         out = iso.run(_child_kernel, _write(tmp_path, spec, cfg), spec.name, _numerators(x),
                       _param_order(spec))
-        _check(out, ref, spec.out_dtype, rounded=True, label=f"{spec.name} {cfg}")
+        check_close(out, ref, spec.out_dtype, rounded=True, label=f"{spec.name} {cfg}")
 
 
 # =========================================================================================
 # plans through the matcher and the launcher
 # =========================================================================================
 
-def _module_case(iso, tmp_path, graph, plan, dtype, pick, seed=7):
+def check_module_case(iso, tmp_path, graph, plan, dtype, pick, seed=7):
     from superopt.ir.semantics import evaluate
     from superopt.lower import config_space, lower_plan, match_plan
 
@@ -454,7 +454,7 @@ def _module_case(iso, tmp_path, graph, plan, dtype, pick, seed=7):
     ref = np.asarray(evaluate(graph, arrays), np.float64)
     out = iso.run(_child_module, str(mod.path), list(_numerators(arrays).items()), dtype)
     # intermediates are stored in 16 bits or fp32 by the plan: each 16-bit one rounds once
-    _check(out, ref, dtype, rounded=True, floor=float(np.abs(ref).max()),
+    check_close(out, ref, dtype, rounded=True, floor=float(np.abs(ref).max()),
            label=f"{graph.name} {cfg}")
 
 
@@ -484,7 +484,7 @@ def test_gqa_causal_attention_unfused_plan(iso, tmp_path):
             break
     assert plan is not None, "no unfused plan with both GQA GEMMs"
     # (the literal softmax: the realistic inputs here keep exp in range)
-    _module_case(iso, tmp_path, plan.graph, plan, "float16", lambda c: True)
+    check_module_case(iso, tmp_path, plan.graph, plan, "float16", lambda c: True)
 
 
 def _graph_plan(name, axes, body, kernels):
@@ -502,7 +502,7 @@ def test_residual_prologue_plan(iso, tmp_path, dtype):
         return b.matmul(b.mul(b.add(x, res), gam), w, "d", "d")
     g, plan = _graph_plan("residual", [("m", 1000), ("d", 1000), ("n", 512)], body,
                           [((4, 5, 6), ("m", "n"), "d")])
-    _module_case(iso, tmp_path, g, plan, dtype, lambda c: True)
+    check_module_case(iso, tmp_path, g, plan, dtype, lambda c: True)
 
 
 def test_bias_epilogue_plan(iso, tmp_path):
@@ -512,7 +512,7 @@ def test_bias_epilogue_plan(iso, tmp_path):
     g, plan = _graph_plan("bias", [("m", 1000), ("d", 512), ("n", 1000)], body,
                           [((2, 4, 6), ("m", "n"), "d")])
     for pick in (lambda c: c["k0.schedule"] == "ws", lambda c: c["k0.schedule"] == "auto"):
-        _module_case(iso, tmp_path, g, plan, "float16", pick)
+        check_module_case(iso, tmp_path, g, plan, "float16", pick)
 
 
 def test_vector_times_matrix_plan(iso, tmp_path):
@@ -520,8 +520,8 @@ def test_vector_times_matrix_plan(iso, tmp_path):
         beta, w = b.input("beta", ["d"]), b.input("W", ["d", "n"])
         return b.add(b.matmul(beta, w, "d", "d"), b.input("b", ["n"]))
     g, plan = _graph_plan("gemv", [("d", 768), ("n", 3000)], body, [((2, 4), ("n",), "d")])
-    _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "ws")
-    _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "auto")
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "ws")
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "auto")
 
 
 def test_chain_plan(iso, tmp_path):
@@ -531,8 +531,8 @@ def test_chain_plan(iso, tmp_path):
         return b.add(b.matmul(b.mul(b.matmul(x, w1, "d", "d"), b.const(0.5)), w2, "f", "f"), bias)
     g, plan = _graph_plan("lora", [("m", 1000), ("d", 1000), ("f", 40), ("n", 1000)], body,
                           [((4, 6, 7, 8), ("m", "n"), "d")])
-    _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] == 1)
-    _module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] > 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] == 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] > 1)
 
 
 @pytest.mark.parametrize("f", [40, 1000])
@@ -546,7 +546,7 @@ def test_fuse_gemm_chain_plan(iso, tmp_path, f):
     g = b.build()
     plan = next(d.plan for d in derive_all(g)
                 if any(s.rule == "fuse_gemm_chain" for s in d.derivation.steps))
-    _module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
 
 
 def test_math_reference_sanity():
@@ -556,5 +556,5 @@ def test_math_reference_sanity():
     x = _eighths(rng, (64,))
     assert (_round(x, "float16") == x).all() and (_round(x, "bfloat16") == x).all()
     with pytest.raises(pytest.fail.Exception):
-        _check(np.array([1.0 + 8 * 2 ** -11]), np.array([1.0]), "float16")
+        check_close(np.array([1.0 + 8 * 2 ** -11]), np.array([1.0]), "float16")
     assert math.isclose(UNIT["bfloat16"], 1 / 256)

@@ -738,8 +738,11 @@ def test_every_config_of_the_space_lowers(tmp_path):
                        (2, 70_000)):
         spec = RowFusedSpec(rows, cols, spec0.inputs, spec0.steps, spec0.outputs, spec0.online,
                             spec0.name)
-        for cfg in rowfused_config_space(spec, limit=None):
-            lower(tmp_path, rowfused_source(spec, cfg), spec.name)
+        space = rowfused_config_space(spec, limit=None)
+        assert space, (rows, cols)
+        for cfg in space:
+            cuda, launch = lower(tmp_path, rowfused_source(spec, cfg), spec.name)
+            assert f"{spec.name}_kernel" in cuda and launch["block"][0] == cfg.threads, cfg
 
 
 def test_every_rowfused_derivation_of_the_examples_lowers(tmp_path):
