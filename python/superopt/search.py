@@ -11,10 +11,12 @@ does everything but compile-and-time (no GPU needed):
    lower to identical kernels are tried once;
 3. lower each candidate to a module file (content-hashed cache);
 4. compile in parallel processes, check against the float64 reference on fresh inputs and
-   time in an isolated worker (:func:`superopt.run.engine.run_candidates`);
+   time in an isolated worker, through the engine it is given
+   (:class:`superopt.run.engine.LocalEngine`, or :class:`superopt.run.cluster.RayEngine`
+   over many GPUs); the engine streams results back and they are ranked here;
 5. time the peers, then the leaders against every correct peer interleaved in randomised
    order over several rounds (:meth:`superopt.run.session.Session.compare`), and measure the
-   two ceilings, all in the same worker, on the same GPU;
+   two ceilings, all in the same worker, on the same GPU (the engine's reference device);
 6. return a :class:`~superopt.record.RunRecord` (typed; ``to_json()`` for ``record.json``).
 
 Owns: the order of the stages and the budget. Reads every stage's records; imported by the
@@ -44,6 +46,7 @@ from .lower.module import lower_plan, module_header
 from .lower.target import HOPPER, Target
 from .record import CandidateRecord, PlannedCandidate, RunRecord
 from .report import write_outputs
+from .run.engine import Engine
 from .run.pool import stopped
 from .run.records import Comparison, PeerResult, TimingConfig
 
@@ -263,7 +266,8 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
          peers: bool = True, timing: TimingConfig | None = None,
          derived: list[Derived] | None = None, plans: Plans | None = None,
          final_rounds: int = 3, final_processes: int = 1, leaders: int = 3,
-         max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS) -> RunRecord:
+         max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS,
+         engine: Engine | None = None) -> RunRecord:
     """Run the main job on ``graph`` and return its :class:`RunRecord`.
 
     Args:
@@ -272,47 +276,53 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         final_rounds: rounds of the interleaved comparison of the ``leaders`` fastest
             candidates with every correct peer (0 skips it);
             ``final_processes`` worker processes of those rounds each.
+        engine: what compiles, checks and times the candidates (default: a
+            :class:`~superopt.run.engine.LocalEngine` on ``device``; a
+            :class:`~superopt.run.cluster.RayEngine` spreads them over a Ray cluster's
+            GPUs). Its results come back as they are known; they are ranked here.
 
     Raises:
         NoCudaError: no CUDA GPU (before anything is compiled).
     """
-    from .run.engine import run_candidates
-    from .run.session import Session, require_cuda
+    from .run.engine import LocalEngine
+    from .run.records import rank_results
 
-    require_cuda(device)
+    if engine is None:
+        engine = LocalEngine([device])
     t0 = time.monotonic()
-    plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived,
-                                     max_depth=max_depth, max_plans=max_plans)
-    t_plan = time.monotonic() - t0
     dtype = dtype_name(dtype)
-    by_id = {c.id: c for c in plans.candidates}
+    by_id: dict[str, PlannedCandidate] = {}
     stats: dict[str, Any] = {}
     comparison = None
-    with Session(graph, dtype=dtype, device=device, timing=timing) as session:
-        env = session.environment()
-        results = run_candidates(graph, [c.candidate() for c in plans.candidates], dtype=dtype,
-                                 device=device, budget_s=budget_s, progress=progress,
-                                 session=session, timing=timing, stats=stats)
+    with engine.open(graph, dtype=dtype, timing=timing) as run:  # no GPU: raises here
+        plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived,
+                                         max_depth=max_depth, max_plans=max_plans)
+        t_plan = time.monotonic() - t0
+        by_id = {c.id: c for c in plans.candidates}
+        env = run.environment()
+        results = rank_results(run.stream([c.candidate() for c in plans.candidates],
+                                          budget_s=budget_s, progress=progress, stats=stats))
         # with a final comparison the peers are only checked here: their times come from
         # the interleaved rounds, never from a pass timed after ours
-        peer_results = session.peers(time_it=not (final_rounds and results)) if peers else []
+        peer_results = run.peers(time_it=not (final_rounds and results)) if peers else []
         lead = [r for r in results if r.status == "ok"][:leaders]
         good = [p.name for p in peer_results if p.status == "ok"]
         notes = []
         if final_rounds and lead:
             try:
-                comparison = session.compare([by_id[r.id].candidate() for r in lead], good,
-                                             rounds=final_rounds, processes=final_processes)
+                comparison = run.compare([by_id[r.id].candidate() for r in lead], good,
+                                         rounds=final_rounds, processes=final_processes)
             except Exception as e:  # noqa: BLE001 - the search's own times still stand
                 notes.append(f"final comparison failed: {e}")
         try:
-            ceilings = session.ceilings()
+            ceilings = run.ceilings()
         except Exception as e:  # noqa: BLE001 - recorded, the run still reports
             ceilings = None
             notes.append(f"ceilings not measured: {e}")
     recs = [CandidateRecord(by_id[r.id], r) for r in results]
     if comparison is not None:
         _apply_comparison(recs, peer_results, comparison)
+    notes += _device_notes(results, comparison)
     record = RunRecord(graph, dtype, "timed", _command(command), env, len(plans.derived),
                        len(plans.matched), recs, peer_results, comparison, ceilings,
                        search_cost(stats, t_plan), notes)
@@ -321,6 +331,19 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     if top is not None and top.result.done_s is not None:
         record.search_cost["time_to_top1_s"] = round(t_plan + top.result.done_s, 2)
     return record
+
+
+def _device_notes(results: list, comparison: Comparison | None) -> list[str]:
+    """A note when the search's times come from several devices: they only chose the
+    leaders; every ratio the record reports comes from one device's interleaved rounds."""
+    devices = sorted({r.timed_on for r in results if r.timed_on})
+    if len(devices) < 2:
+        return []
+    where = (f"; the leaders and the peers were then timed interleaved on "
+             f"{comparison.timed_on} alone, and every ratio comes from those rounds"
+             if comparison is not None and comparison.timed_on else "")
+    return [f"search times come from {len(devices)} devices (each candidate's timed_on "
+            f"says which){where}"]
 
 
 def _apply_comparison(recs: list[CandidateRecord], peers: list[PeerResult],
