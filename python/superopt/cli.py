@@ -2,6 +2,7 @@
 
     superopt run GRAPH [--case k=v,...] [--dtype fp16|bf16] [--budget N] [--time-budget S]
                        [--max-depth D] [--max-plans P] [--out DIR] [--dry-run]
+                       [--engine local|ray] [--address ADDR]
     superopt derive GRAPH [--case ...] [--json] [--max-depth D] [--max-plans P]
                           [--show ID --out FILE.png]
     superopt workloads
@@ -113,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--no-peers", action="store_true",
                    help="skip timing the peers (and the comparison with them)")
+    r.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this machine's cores and one GPU (default); ray: every GPU "
+                   "of a local Ray, or of the cluster at --address (pip install -e "
+                   "'.[distributed]')")
+    r.add_argument("--address", metavar="ADDR",
+                   help="with --engine ray: join the Ray cluster at ADDR (host:port)")
     _cap_options(r)
     d = sub.add_parser("derive", help="list the derivations of a graph")
     d.add_argument("graph", help=graph_help)
@@ -237,11 +244,32 @@ def _write_out_dir(record, out: Path) -> list[Path]:
                         f"{e.strerror or e}", path="--out") from None
 
 
+def _engine(args):
+    """The engine ``--engine`` names (``None``: the search's default, the local one).
+
+    Raises:
+        CaseError: ``--address`` without ``--engine ray``; ``--engine ray`` with
+            ``--dry-run`` or ``--device``, or without Ray installed (it says how to install
+            it).
+    """
+    if args.address and args.engine != "ray":
+        raise CaseError("--address joins a Ray cluster; give --engine ray too", path="--address")
+    if args.engine != "ray":
+        return None
+    if args.dry_run:
+        raise CaseError("--dry-run lowers on this machine without a GPU; --engine ray checks "
+                        "and times on a cluster's GPUs: give one or the other", path="--engine")
+    from .run.cluster import RayEngine
+    device = getattr(args, "device", None)  # the local engine's --device: refused here
+    return RayEngine(args.address, devices=[device] if device else None)
+
+
 def cmd_run(args) -> int:
     g = _graph(args)  # bad input (2), then no CUDA (3), fail before the heavy imports
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise CaseError(f"{args.out!r} exists and is not a directory", path="--out")
-    if not args.dry_run:
+    engine = _engine(args)
+    if not args.dry_run and not (engine is not None and args.address):  # a cluster has GPUs
         import torch
         if not torch.cuda.is_available():
             raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run "
@@ -258,7 +286,7 @@ def cmd_run(args) -> int:
     else:
         record = tune(g, dtype=dt, budget=args.budget, budget_s=args.time_budget,
                       progress=not args.no_progress, peers=not args.no_peers, command=command,
-                      **caps)
+                      engine=engine, **caps)
     print_table(record)
     if out is not None:
         paths = _write_out_dir(record, out)

@@ -348,7 +348,7 @@ def stream_candidates(session: Session, candidates: Sequence[Candidate], *,
                     r = skipped(i, f"budget: {budget_s:g} s of wall time spent")
                     r.compile_s = o.compile_s if o else None
                 else:
-                    r = _check(session, c, tolerance=tolerance, timeout_s=timeout_s,
+                    r = check_candidate(session, c, tolerance=tolerance, timeout_s=timeout_s,
                                checks=checks)
                     r.compile_s = o.compile_s if o else None
                     r.done_s = round(time.monotonic() - t_start, 3)
@@ -364,7 +364,7 @@ def stream_candidates(session: Session, candidates: Sequence[Candidate], *,
                 stats["check_wall_s"] = round(time.monotonic() - t_compiled, 3)
 
 
-def _check(session: Session, c: Candidate, **kwargs: Any) -> CandidateResult:
+def check_candidate(session: Session, c: Candidate, **kwargs: Any) -> CandidateResult:
     """``session.check(c)``; what it raises but a worker that cannot start becomes the
     candidate's ``launch_error`` (its type and text), so the search goes on."""
     try:

@@ -116,21 +116,22 @@ class JobRunner:
             if isinstance(value, Failed):
                 value = _outcome_of(job, "compile_error", value.error, time.monotonic() - t0)
         except WorkerTimeout:
-            self._discard()
+            self.kill()
             value = _outcome_of(job, "timeout", f"exceeded {timeout_s:g} s",
                                 time.monotonic() - t0)
         except WorkerCrashed as e:
-            self._discard()
+            self.kill()
             value = _outcome_of(job, "crash", str(e), time.monotonic() - t0)
         except Exception as e:  # noqa: BLE001 - a protocol or OS error: this job's failure,
-            self._discard()     # and a fresh worker for the next one
+            self.kill()     # and a fresh worker for the next one
             value = _outcome_of(job, "compile_error", f"worker request failed: {_text(e)}",
                                 time.monotonic() - t0)
         if _STOPPED and self.proc is None:  # killed by stop(), not by the candidate
             value = _outcome_of(job, "skipped", "interrupted", None)
         return value
 
-    def _discard(self) -> None:
+    def kill(self) -> None:
+        """Kill the worker (its whole process group) now; the next job starts a fresh one."""
         if self.proc is not None:
             self.proc.kill()
             self.proc = None
