@@ -319,6 +319,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         except Exception as e:  # noqa: BLE001 - recorded, the run still reports
             ceilings = None
             notes.append(f"ceilings not measured: {e}")
+        notes += run.notes
     recs = [CandidateRecord(by_id[r.id], r) for r in results]
     if comparison is not None:
         _apply_comparison(recs, peer_results, comparison)

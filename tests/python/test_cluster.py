@@ -371,3 +371,50 @@ def test_gpu_one_h200_through_ray(local_ray, tmp_path):
     assert comp.timed_on == env["engine"]["reference"] and comp.median_us("correct") > 0
     assert all(p.timed_on == comp.timed_on for p in peers)
     assert ceil.matmul_tflops > 1.0 and env["gpu"] == name
+
+
+# -------------------------------------------------------------------------- starting Ray
+
+def _python(code: str, tmp_path: Path) -> "subprocess.CompletedProcess":
+    import subprocess
+
+    env = dict(os.environ)
+    root = Path(__file__).resolve().parents[2] / "python"
+    env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]]
+                                                       if env.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+
+
+def test_starting_ray_keeps_the_callers_signal_handlers(tmp_path):
+    """``ray.init`` installs its own SIGTERM handler; the CLI's (which stops the run and
+    prints one line) must stay the one that runs."""
+    r = _python("import signal\n"
+                "from superopt.run import cluster\n"
+                "def mine(s, f): pass\n"
+                "signal.signal(signal.SIGTERM, mine)\n"
+                "assert cluster.connect(num_cpus=1)\n"
+                "try:\n"
+                "    assert signal.getsignal(signal.SIGTERM) is mine\n"
+                "    import os; assert 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER' not in os.environ\n"
+                "finally:\n"
+                "    cluster.disconnect()\n"
+                "print('ok')\n", tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_a_ray_imported_too_early_is_refused_not_exposed(tmp_path):
+    """Ray imported before superopt could keep it on the loopback address would listen on
+    the machine's routable one: refused, one line, and shut down."""
+    r = _python("import ray\n"
+                "from superopt.run import cluster\n"
+                "from superopt.errors import SuperoptError\n"
+                "try:\n"
+                "    cluster.connect(num_cpus=1)\n"
+                "except SuperoptError as e:\n"
+                "    print(e)\n"
+                "assert not ray.is_initialized()\n", tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = r.stdout.strip()
+    if line:  # a machine whose only address is the loopback one has nothing to refuse
+        assert "not 127.0.0.1 only" in line and "--address" in line

@@ -80,7 +80,10 @@ class Progress:
 
 class EngineRun(Protocol):
     """An engine opened on one graph (see the module docstring); a context manager whose
-    exit ends every process it started."""
+    exit ends every process it started. ``notes``: what the record should say about the
+    engine (a device lost, left out)."""
+
+    notes: list[str]
 
     def environment(self) -> dict:
         """Where the run is measured (:func:`~superopt.run.environment.environment_record`
@@ -177,6 +180,7 @@ class LocalRun:
         self.engine = engine
         self.session = session
         self.label: str | None = None
+        self.notes: list[str] = []
 
     def environment(self) -> dict:
         env = self.session.environment()
