@@ -418,3 +418,69 @@ def test_a_ray_imported_too_early_is_refused_not_exposed(tmp_path):
     line = r.stdout.strip()
     if line:  # a machine whose only address is the loopback one has nothing to refuse
         assert "not 127.0.0.1 only" in line and "--address" in line
+
+
+def test_ctrl_c_ends_a_ray_search_and_everything_it_started(tmp_path):
+    """Ctrl-C as the CLI handles it (stop the run, raise Interrupted in the main thread)
+    while a search started its own Ray and both actors hang in a check: the process exits
+    within seconds and leaves none of its processes (Ray's included) running."""
+    import subprocess
+
+    cands = [write_module(tmp_path, "sleep", key=f"hang{k}") for k in range(3)]
+    code = textwrap.dedent(f"""
+        import signal, sys
+        from superopt.errors import Interrupted
+        from superopt.run import pool
+        from superopt.run.cluster import RayEngine
+        from superopt.run.records import Candidate
+        from superopt.workloads import WORKLOADS
+        def handler(signum, frame):
+            pool.stop(signum)
+            raise Interrupted(signum)
+        signal.signal(signal.SIGINT, handler)
+        g = WORKLOADS["matmul"].graph(**{SIZES!r})
+        cands = [Candidate(*c) for c in {[(c.id, c.derivation_id, c.config, c.module_path,
+                                          c.source_hash) for c in cands]!r}]
+        engine = RayEngine(device="cpu", actors=2, actor_cpus=0.0, num_cpus=2)
+        try:
+            with engine.open(g, dtype="float32") as run:
+                print("open", flush=True)
+                list(run.stream(cands, timeout_s=100.0, progress=False, compile=False))
+        except Interrupted:
+            print("interrupted", flush=True)
+            sys.exit(130)
+        """)
+    env = dict(os.environ)
+    root = Path(__file__).resolve().parents[2] / "python"
+    env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]]
+                                                       if env.get("PYTHONPATH") else []))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert p.stdout.readline().strip() == "open", p.stderr.read()[-2000:]
+
+        def tree() -> list[int]:
+            kids, out, todo = _children(), [], [p.pid]
+            while todo:
+                for k in kids.get(todo.pop(), []):
+                    todo.append(k)
+                    out.append(k)
+            return out
+
+        t0 = time.monotonic()
+        while (sum("superopt.run.worker" in _cmdline(k) for k in tree()) < 2
+               and time.monotonic() - t0 < 40):
+            time.sleep(0.1)
+        time.sleep(1.5)  # both hanging in their launch
+        procs = tree()
+        assert sum("superopt.run.worker" in _cmdline(k) for k in procs) >= 2
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and out.strip() == "interrupted", err[-2000:]
+    assert took < 20, f"{took:.1f} s to stop"
+    assert _gone(procs) == [], [(q, _cmdline(q)) for q in procs if _alive(q)]

@@ -146,6 +146,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
                          log_to_driver=False, logging_level=logging.ERROR)
             else:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+        except KeyboardInterrupt as e:  # a stop while Ray starts: what it started goes too
+            ray.shutdown()
+            raise _as_stop(e) from None
         except Exception as e:  # noqa: BLE001 - one line, naming what failed
             if local:
                 raise SuperoptError(f"cannot start a local Ray: {type(e).__name__}: {e}",
@@ -169,6 +172,25 @@ def disconnect() -> None:
 
         if ray.is_initialized():
             ray.shutdown()
+
+
+def _as_stop(e: KeyboardInterrupt) -> KeyboardInterrupt:
+    """What a wait on Ray that a signal interrupted should raise: Ray turns whatever the
+    signal handler raised into a plain ``KeyboardInterrupt``; after a stop request that is
+    the run's :class:`~superopt.errors.Interrupted` (its signal kept, so SIGTERM still
+    says "terminated")."""
+    if stopped() and not isinstance(e, Interrupted):
+        return Interrupted(stopped())
+    return e
+
+
+@contextlib.contextmanager
+def _stops():
+    """Waits on Ray inside end with :func:`_as_stop`'s exception."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        raise _as_stop(e) from None
 
 
 def _short(e: BaseException, limit: int = 300) -> str:
@@ -309,10 +331,11 @@ class RayRun:
         deadline = time.monotonic() + self.engine.startup_timeout_s
         pending = list(refs)
         try:
-            while pending and time.monotonic() < deadline:
-                if stopped():
-                    raise Interrupted(stopped())
-                _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+            with _stops():
+                while pending and time.monotonic() < deadline:
+                    if stopped():
+                        raise Interrupted(stopped())
+                    _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
         except BaseException:
             for h in handles:
                 self._kill(h)
@@ -370,12 +393,13 @@ class RayRun:
 
     def _get(self, ref: Any) -> Any:
         """``ray.get`` in slices that see a stop."""
-        while True:
-            if stopped():
-                raise Interrupted(stopped())
-            done, _ = self.ray.wait([ref], timeout=POLL_S)
-            if done:
-                return self.ray.get(ref)
+        with _stops():
+            while True:
+                if stopped():
+                    raise Interrupted(stopped())
+                done, _ = self.ray.wait([ref], timeout=POLL_S)
+                if done:
+                    return self.ray.get(ref)
 
     def _on_reference(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``method`` on the reference actor (the first alive); one that dies is lost and
@@ -521,6 +545,8 @@ class _Dispatch:
         try:
             yield from self._loop()
             finished = True
+        except KeyboardInterrupt as e:
+            raise _as_stop(e) from None
         finally:
             for ref in self.compiling:
                 with contextlib.suppress(Exception):
