@@ -28,15 +28,14 @@ and usage statistics off; with an address it joins that cluster. A stop
 that dies (its node lost, its process killed) takes only its candidate in flight, recorded
 ``skipped`` with an error beginning ``lost:``; the others go to the actors left.
 
-Owns: starting or joining Ray, the GPU actors, handing candidates to them, streaming results
-back, and ending it all. The one module that imports Ray, and only inside functions:
-``import superopt`` never does.
+Owns: starting or joining Ray, the GPU actors, and ending it all (the dispatch of one
+stream: :mod:`superopt.run.dispatch`). The one module that imports Ray, and only inside
+functions: ``import superopt`` never does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
 import importlib.util
 import logging
 import os
@@ -44,16 +43,15 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import CaseError, Interrupted, NoCudaError, SuperoptError
-from .engine import Progress
+from .dispatch import POLL_S, Dispatch, Slot, as_stop, short, stops
 from .pool import stopped
 from .process import PACKAGE_PARENT, WorkerStartError
-from .records import (Candidate, CandidateResult, Ceilings, CompileOutcome, Comparison,
-                      PeerResult, TimingConfig)
+from .records import (Candidate, CandidateResult, Ceilings, Comparison, PeerResult,
+                      TimingConfig)
 from .remote import GpuHost, compile_job
 from .session import is_cuda_device, require_cuda
 
@@ -64,8 +62,6 @@ LOOPBACK = "127.0.0.1"
 #: Ray reads this once, when it is imported: ``0`` makes a single-machine Ray advertise and
 #: bind the loopback address instead of the machine's routable one.
 LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-#: Longest single wait on Ray, so a stop (a signal handled in the main thread) is seen.
-POLL_S = 0.2
 
 
 def ray_installed() -> bool:
@@ -148,7 +144,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
                 ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
         except KeyboardInterrupt as e:  # a stop while Ray starts: what it started goes too
             ray.shutdown()
-            raise _as_stop(e) from None
+            raise as_stop(e) from None
         except Exception as e:  # noqa: BLE001 - one line, naming what failed
             if local:
                 raise SuperoptError(f"cannot start a local Ray: {type(e).__name__}: {e}",
@@ -174,30 +170,6 @@ def disconnect() -> None:
             ray.shutdown()
 
 
-def _as_stop(e: KeyboardInterrupt) -> KeyboardInterrupt:
-    """What a wait on Ray that a signal interrupted should raise: Ray turns whatever the
-    signal handler raised into a plain ``KeyboardInterrupt``; after a stop request that is
-    the run's :class:`~superopt.errors.Interrupted` (its signal kept, so SIGTERM still
-    says "terminated")."""
-    if stopped() and not isinstance(e, Interrupted):
-        return Interrupted(stopped())
-    return e
-
-
-@contextlib.contextmanager
-def _stops():
-    """Waits on Ray inside end with :func:`_as_stop`'s exception."""
-    try:
-        yield
-    except KeyboardInterrupt as e:
-        raise _as_stop(e) from None
-
-
-def _short(e: BaseException, limit: int = 300) -> str:
-    text = " ".join(f"{type(e).__name__}: {e}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _remote_parts(ray: Any) -> tuple[Any, Any]:
     """The Ray actor class of :class:`GpuHost` (it adds the node's address, the physical
     GPU and the node id) and the Ray task of :func:`compile_job`."""
@@ -218,20 +190,6 @@ def _remote_parts(ray: Any) -> tuple[Any, Any]:
     host = ray.remote(max_restarts=0, max_task_retries=0)(RayGpuHost)
     task = ray.remote(num_cpus=1, max_retries=1)(compile_job)
     return host, task
-
-
-@dataclass
-class Slot:
-    """One GPU actor as the driver knows it."""
-
-    index: int
-    handle: Any
-    label: str
-    node: str
-    pid: int
-    worker_pid: int | None
-    environment: dict
-    alive: bool = True
 
 
 class RayEngine:
@@ -331,7 +289,7 @@ class RayRun:
         deadline = time.monotonic() + self.engine.startup_timeout_s
         pending = list(refs)
         try:
-            with _stops():
+            with stops():
                 while pending and time.monotonic() < deadline:
                     if stopped():
                         raise Interrupted(stopped())
@@ -350,7 +308,7 @@ class RayRun:
             try:
                 info = ray.get(ref)
             except Exception as e:  # noqa: BLE001 - this actor is unusable, the others go on
-                why.append(f"actor {k}: {_short(e)}")
+                why.append(f"actor {k}: {short(e)}")
                 self._kill(handles[k])
                 continue
             slots.append(Slot(k, handles[k], info["label"], info["node"], info["pid"],
@@ -393,7 +351,7 @@ class RayRun:
 
     def _get(self, ref: Any) -> Any:
         """``ray.get`` in slices that see a stop."""
-        with _stops():
+        with stops():
             while True:
                 if stopped():
                     raise Interrupted(stopped())
@@ -412,7 +370,7 @@ class RayRun:
             try:
                 return self._get(getattr(slot.handle, method).remote(*args, **kwargs))
             except self.ray.exceptions.RayActorError as e:
-                self._lose(slot, f"died during {method}: {_short(e)}")
+                self._lose(slot, f"died during {method}: {short(e)}")
         raise WorkerStartError(f"no Ray actor left for {method}")
 
     def _source(self, c: Candidate) -> str | None:
@@ -458,7 +416,7 @@ class RayRun:
             Interrupted: stopped (compile tasks cancelled, every actor killed first).
             WorkerStartError: every actor became unable to start a worker.
         """
-        return _Dispatch(self, list(candidates), tolerance=tolerance, timeout_s=timeout_s,
+        return Dispatch(self, list(candidates), tolerance=tolerance, timeout_s=timeout_s,
                          budget_s=budget_s, max_candidates=max_candidates, progress=progress,
                          compile=compile, checks=checks, stats=stats).run()
 
@@ -481,214 +439,3 @@ class RayRun:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-class _Dispatch:
-    """One :meth:`RayRun.stream`: the candidates between the compile tasks, the nodes'
-    queues of compiled candidates (best-ranked first) and the actors."""
-
-    def __init__(self, run: RayRun, cands: list[Candidate], *, tolerance: float | None,
-                 timeout_s: float, budget_s: float | None, max_candidates: int | None,
-                 progress: bool, compile: bool, checks: int, stats: dict | None) -> None:
-        self.owner, self.ray, self.cands = run, run.ray, cands
-        self.check_kw = {"tolerance": tolerance, "timeout_s": timeout_s, "checks": checks}
-        self.t_start = time.monotonic()
-        self.budget_s = budget_s
-        self.deadline = self.t_start + budget_s if budget_s is not None else None
-        self.limit = len(cands) if max_candidates is None else max(0, int(max_candidates))
-        self.progress, self.compile, self.stats = progress, compile, stats
-        self.todo: list[int] = list(range(min(self.limit, len(cands))))  # a heap
-        self.compiling: dict[Any, tuple[int, str]] = {}
-        self.ready: dict[str | None, list[tuple[int, CompileOutcome | None]]] = {}
-        self.busy: dict[Any, tuple[Slot, int, CompileOutcome | None]] = {}
-        self.idle: list[Slot] = run.alive()
-        self.done: set[int] = set()
-        self.counts = {"compiled": 0, "compile_failed": 0, "checked": 0}
-        self.t_compiled: float | None = None
-        self.t_first_check: float | None = None
-
-    def result(self, i: int, status: str, error: str | None = None,
-               o: CompileOutcome | None = None) -> CandidateResult:
-        c = self.cands[i]
-        self.done.add(i)
-        return CandidateResult(c.id, c.derivation_id, dict(c.config), status, error=error,
-                               compile_s=o.compile_s if o else None, source_hash=c.source_hash)
-
-    def late(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
-
-    def skipped_late(self, i: int, o: CompileOutcome | None = None) -> CandidateResult:
-        return self.result(i, "skipped", f"budget: {self.budget_s:g} s of wall time spent", o)
-
-    def place(self, i: int, o: CompileOutcome | None, node: str | None) -> None:
-        """A compiled candidate into its node's queue, or back to the todo heap when no
-        actor is left on that node (it compiles again elsewhere)."""
-        if node is None or any(s.node == node for s in self.owner.alive()):
-            heapq.heappush(self.ready.setdefault(node, []), (i, o))
-        else:
-            heapq.heappush(self.todo, i)
-
-    def requeue(self, node: str) -> None:
-        if not any(s.node == node for s in self.owner.alive()):
-            for i, _ in self.ready.pop(node, []):
-                heapq.heappush(self.todo, i)
-
-    def capacity(self, node: str, actors: int) -> int:
-        """Candidates a node holds compiling or compiled ahead of its actors: one per CPU
-        its actors leave to compile tasks, and two per actor."""
-        return 2 * actors + self.owner.compile_cpus(node, actors)
-
-    def run(self) -> Iterator[CandidateResult]:
-        for i in range(self.limit, len(self.cands)):
-            yield self.result(i, "skipped", f"budget: max_candidates={self.limit}")
-        finished = False
-        try:
-            yield from self._loop()
-            finished = True
-        except KeyboardInterrupt as e:
-            raise _as_stop(e) from None
-        finally:
-            for ref in self.compiling:
-                with contextlib.suppress(Exception):
-                    self.ray.cancel(ref, force=True)
-            if not finished and stopped():
-                self.owner.kill()
-            if self.stats is not None:
-                now = time.monotonic()
-                self.stats.update(
-                    engine="ray", gpus=len(self.owner.slots), **self.counts,
-                    compile_workers=self.owner.compile_cpus() if self.compile else 0,
-                    compile_wall_s=round((self.t_compiled or now) - self.t_start, 3),
-                    check_wall_s=round(now - (self.t_first_check or now), 3))
-
-    def _loop(self) -> Iterator[CandidateResult]:
-        ray = self.ray
-        n_active = len(self.todo)
-        best: float | None = None
-        with Progress(self.progress) as prog:
-            ctask = prog.task("compile", n_active) if self.compile and n_active else None
-            ttask = prog.task("check+time", n_active)
-            while self.todo or self.compiling or self.busy or any(self.ready.values()):
-                if stopped():
-                    raise Interrupted(stopped())
-                alive = self.owner.alive()
-                if not alive:
-                    break
-                for r in self._feed(alive):
-                    prog.advance(ttask)
-                    yield r
-                for r in self._hand_out():
-                    prog.advance(ttask)
-                    yield r
-                refs = [*self.compiling, *self.busy]
-                if not refs:
-                    continue
-                ready_refs, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
-                for ref in ready_refs:
-                    if ref in self.compiling:
-                        r = self._compiled(ref)
-                        prog.advance(ctask, f"{self.counts['compiled']} ok, "
-                                            f"{self.counts['compile_failed']} failed")
-                    else:
-                        r = self._checked(ref)
-                        if r is not None and r.time_us is not None and (
-                                best is None or r.time_us < best):
-                            best = r.time_us
-                    if r is not None:
-                        prog.advance(ttask, f"best {best:.1f} µs" if best is not None else None)
-                        yield r
-            left = [i for i in range(min(self.limit, len(self.cands))) if i not in self.done]
-            if left:
-                why = "; ".join(self.owner.notes[-3:]) or "no Ray actor left"
-                for i in left:
-                    prog.advance(ttask)
-                    yield self.result(i, "skipped", f"lost: no Ray actor left to check it ({why})")
-
-    def _feed(self, alive: list[Slot]) -> Iterator[CandidateResult]:
-        """Compile tasks for each node with actors, up to its capacity, best-ranked first
-        (without the compile phase every candidate is ready for any actor)."""
-        if not self.compile:
-            while self.todo:
-                self.place(heapq.heappop(self.todo), None, None)
-            return
-        per_node: dict[str, int] = {}
-        for s in alive:
-            per_node[s.node] = per_node.get(s.node, 0) + 1
-        strategy = self.ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
-        for node, actors in per_node.items():
-            held = sum(n == node for _, n in self.compiling.values()) + len(self.ready.get(node, []))
-            while self.todo and held < self.capacity(node, actors):
-                i = heapq.heappop(self.todo)
-                if self.late():
-                    yield self.skipped_late(i)
-                    continue
-                c = self.cands[i]
-                ref = self._compile.options(
-                    scheduling_strategy=strategy(node_id=node, soft=True)).remote(
-                        c, self.owner._source(c), self.owner.engine.device,
-                        self.owner.engine.compile_timeout_s)
-                self.compiling[ref] = (i, node)
-                held += 1
-
-    @property
-    def _compile(self) -> Any:
-        return self.owner._compile
-
-    def _hand_out(self) -> Iterator[CandidateResult]:
-        """Every idle actor takes the best-ranked candidate compiled on its node."""
-        for slot in list(self.idle):
-            queue = self.ready.get(slot.node if self.compile else None)
-            while queue:
-                i, o = heapq.heappop(queue)
-                if self.late():
-                    yield self.skipped_late(i, o)
-                    continue
-                c = self.cands[i]
-                ref = slot.handle.check.remote(c, self.owner._source(c), **self.check_kw)
-                self.busy[ref] = (slot, i, o)
-                self.idle.remove(slot)
-                self.t_first_check = self.t_first_check or time.monotonic()
-                break
-
-    def _compiled(self, ref: Any) -> CandidateResult | None:
-        i, node = self.compiling.pop(ref)
-        try:
-            o = self.ray.get(ref)
-        except Exception as e:  # noqa: BLE001 - the task, not the compile, failed
-            o = CompileOutcome("skipped", f"lost: its compile task failed ({_short(e)})")
-        if not self.compiling and not self.todo:
-            self.t_compiled = time.monotonic()
-        if o.status == "ok":
-            self.counts["compiled"] += 1
-            self.place(i, o, node)
-            return None
-        self.counts["compile_failed"] += 1
-        return self.result(i, o.status, o.error, o)
-
-    def _checked(self, ref: Any) -> CandidateResult | None:
-        slot, i, o = self.busy.pop(ref)
-        try:
-            r = self.ray.get(ref)
-        except WorkerStartError as e:  # this actor cannot start a worker any more
-            self.owner._lose(slot, _short(e))
-            self.requeue(slot.node)
-            self.place(i, o, slot.node if self.compile else None)
-            if not self.owner.alive():
-                raise WorkerStartError(f"no Ray actor can start a worker: {e}") from None
-            return None
-        except self.ray.exceptions.RayActorError as e:
-            self.owner._lose(slot, f"died while checking {self.cands[i].id}: {_short(e)}")
-            self.requeue(slot.node)
-            return self.result(i, "skipped", f"lost: {slot.label} died while checking it "
-                                             f"({_short(e)})", o)
-        except Exception as e:  # noqa: BLE001 - one candidate's failure, recorded
-            self.idle.append(slot)
-            r = self.result(i, "launch_error", f"the check raised {_short(e, 600)}", o)
-            r.timed_on = slot.label
-            return r
-        self.idle.append(slot)
-        self.done.add(i)
-        r.compile_s = o.compile_s if o else None
-        r.done_s = round(time.monotonic() - self.t_start, 3)
-        self.counts["checked"] += 1
-        return r
