@@ -278,6 +278,20 @@ def test_the_search_ranks_what_the_engine_streams(local_ray, tmp_path):
     assert j["comparison"]["timed_on"] in devices
 
 
+def test_the_budgets_skip_what_they_cut(local_ray, tmp_path):
+    """As the local engine: the count budget cuts the tail, a spent wall budget skips what
+    has not started; every candidate still gets one result."""
+    cands = [write_module(tmp_path, "correct", key=f"c{k}") for k in range(3)]
+    with cpu_engine().open(GRAPH, dtype="float32", timing=FAST) as run:
+        counted = {r.id: r for r in run.stream(cands, max_candidates=1, progress=False)}
+        timed = list(run.stream(cands, budget_s=0.0, progress=False))
+    assert counted["c0"].status == "ok"
+    assert {counted[k].status for k in ("c1", "c2")} == {"skipped"}
+    assert "max_candidates=1" in counted["c1"].error
+    assert [r.status for r in timed] == ["skipped"] * 3
+    assert all("wall time" in r.error for r in timed)
+
+
 # -------------------------------------------------------------------------- stop, loss
 
 def test_a_cancelled_search_leaves_nothing_running(local_ray, resumed, tmp_path):
