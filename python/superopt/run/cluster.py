@@ -272,7 +272,7 @@ class RayRun:
         if cuda and gpus == 0:
             raise NoCudaError(f"the Ray cluster at {engine.address or 'this machine'} has no "
                               "GPU", path="--engine ray")
-        host_cls, self._compile = _remote_parts(ray)
+        host_cls, self.compile_task = _remote_parts(ray)
         kind = "gpu" if cuda else "cpu"
         handles = [host_cls.options(num_gpus=1 if cuda else 0, num_cpus=engine.actor_cpus)
                    .remote(graph, dtype=dtype, device=engine.device, timing=timing,
@@ -324,7 +324,8 @@ class RayRun:
         except Exception:  # noqa: BLE001 - already gone
             pass
 
-    def _lose(self, slot: Slot, why: str) -> None:
+    def lose(self, slot: Slot, why: str) -> None:
+        """Take ``slot`` out of the run (killed, noted): it died or cannot start a worker."""
         if slot.alive:
             slot.alive = False
             self._kill(slot.handle)
@@ -370,10 +371,10 @@ class RayRun:
             try:
                 return self._get(getattr(slot.handle, method).remote(*args, **kwargs))
             except self.ray.exceptions.RayActorError as e:
-                self._lose(slot, f"died during {method}: {short(e)}")
+                self.lose(slot, f"died during {method}: {short(e)}")
         raise WorkerStartError(f"no Ray actor left for {method}")
 
-    def _source(self, c: Candidate) -> str | None:
+    def source(self, c: Candidate) -> str | None:
         """The module's text, shipped with the candidate to whichever node takes it."""
         if c.module_path not in self._sources:
             try:
@@ -396,7 +397,7 @@ class RayRun:
 
     def compare(self, candidates: Sequence[Candidate], peers: Sequence[str], *,
                 rounds: int = 5, processes: int = 1) -> Comparison:
-        pairs = [(c, self._source(c)) for c in candidates]
+        pairs = [(c, self.source(c)) for c in candidates]
         return self._on_reference("compare", pairs, list(peers), rounds=rounds,
                                   processes=processes)
 
@@ -426,13 +427,15 @@ class RayRun:
         if self.closed:
             return
         self.closed = True
-        if not stopped():
-            refs = [s.handle.close.remote() for s in self.alive()]
-            with contextlib.suppress(Exception):
-                self.ray.wait(refs, num_returns=len(refs), timeout=10)
-        self.kill()
-        if self.started:
-            disconnect()
+        try:
+            refs = [s.handle.close.remote() for s in self.alive()] if not stopped() else []
+            if refs:
+                with contextlib.suppress(Exception):
+                    self.ray.wait(refs, num_returns=len(refs), timeout=10)
+        finally:  # a signal in that wait still ends everything
+            self.kill()
+            if self.started:
+                disconnect()
 
     def __enter__(self) -> "RayRun":
         return self

@@ -52,6 +52,7 @@ def stops():
 
 
 def short(e: BaseException, limit: int = 300) -> str:
+    """``"TypeName: message"`` on one line, at most ``limit`` characters."""
     text = " ".join(f"{type(e).__name__}: {e}".split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -217,14 +218,14 @@ class Dispatch:
                 c = self.cands[i]
                 ref = self._compile.options(
                     scheduling_strategy=strategy(node_id=node, soft=True)).remote(
-                        c, self.owner._source(c), self.owner.engine.device,
+                        c, self.owner.source(c), self.owner.engine.device,
                         self.owner.engine.compile_timeout_s)
                 self.compiling[ref] = (i, node)
                 held += 1
 
     @property
     def _compile(self) -> Any:
-        return self.owner._compile
+        return self.owner.compile_task
 
     def _hand_out(self) -> Iterator[CandidateResult]:
         """Every idle actor takes the best-ranked candidate compiled on its node."""
@@ -236,7 +237,7 @@ class Dispatch:
                     yield self.skipped_late(i, o)
                     continue
                 c = self.cands[i]
-                ref = slot.handle.check.remote(c, self.owner._source(c), **self.check_kw)
+                ref = slot.handle.check.remote(c, self.owner.source(c), **self.check_kw)
                 self.busy[ref] = (slot, i, o)
                 self.idle.remove(slot)
                 self.t_first_check = self.t_first_check or time.monotonic()
@@ -262,14 +263,14 @@ class Dispatch:
         try:
             r = self.ray.get(ref)
         except WorkerStartError as e:  # this actor cannot start a worker any more
-            self.owner._lose(slot, short(e))
+            self.owner.lose(slot, short(e))
             self.requeue(slot.node)
             self.place(i, o, slot.node if self.compile else None)
             if not self.owner.alive():
                 raise WorkerStartError(f"no Ray actor can start a worker: {e}") from None
             return None
         except self.ray.exceptions.RayActorError as e:
-            self.owner._lose(slot, f"died while checking {self.cands[i].id}: {short(e)}")
+            self.owner.lose(slot, f"died while checking {self.cands[i].id}: {short(e)}")
             self.requeue(slot.node)
             return self.result(i, "skipped", f"lost: {slot.label} died while checking it "
                                              f"({short(e)})", o)
