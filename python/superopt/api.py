@@ -19,7 +19,7 @@ Owns: the one-call API. Imports the main job (:mod:`superopt.search`) and the re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from .derive import DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS
 from .ir.dag import Graph
@@ -31,7 +31,7 @@ def optimize(graph: Graph | str, *, sizes: Mapping[str, int] | None = None,
              device: str = "cuda", out: str | Path | None = None, peers: bool = True,
              final_rounds: int = 3, final_processes: int = 3,
              max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS,
-             progress: bool = False) -> RunRecord:
+             progress: bool = False, engine: Any = None) -> RunRecord:
     """Derive, lower, compile, check and time ``graph``; return the run's record.
 
     Args:
@@ -49,6 +49,9 @@ def optimize(graph: Graph | str, *, sizes: Mapping[str, int] | None = None,
             leaders with them, interleaved over ``final_rounds`` rounds in
             ``final_processes`` worker processes.
         max_depth, max_plans: the enumerator's caps (a record note says when one is hit).
+        engine: what checks and times the candidates (default: the local engine on
+            ``device``); ``superopt.run.cluster.RayEngine()`` uses every GPU of a Ray
+            cluster (``pip install -e '.[distributed]'``), and this machine need not have one.
 
     Returns:
         The :class:`~superopt.record.RunRecord` (``mode`` ``"timed"`` or ``"dry-run"``).
@@ -66,7 +69,7 @@ def optimize(graph: Graph | str, *, sizes: Mapping[str, int] | None = None,
         g = load_graph(graph, sizes)
     else:
         g = graph.with_sizes(**sizes) if sizes else graph
-    if is_cuda_device(device) and not _cuda_available():
+    if engine is None and is_cuda_device(device) and not _cuda_available():
         record = dry_run(g, dtype=dtype, budget=budget, command="superopt.optimize (dry run)",
                          max_depth=max_depth, max_plans=max_plans)
         record.notes.append("no CUDA GPU here (torch.cuda.is_available() is False): every "
@@ -76,7 +79,7 @@ def optimize(graph: Graph | str, *, sizes: Mapping[str, int] | None = None,
                       progress=progress, command="superopt.optimize", peers=peers,
                       final_rounds=final_rounds if peers else 0,
                       final_processes=final_processes, max_depth=max_depth,
-                      max_plans=max_plans)
+                      max_plans=max_plans, engine=engine)
     if out is not None:
         write_outputs(record, Path(out))
     return record

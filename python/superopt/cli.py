@@ -2,7 +2,8 @@
 
     superopt run GRAPH [--case k=v,...] [--dtype fp16|bf16] [--budget N] [--time-budget S]
                        [--max-depth D] [--max-plans P] [--out DIR] [--device cuda:N]
-                       [--force] [--json] [--dry-run] [--no-peers] [--no-progress] [-q|-v]
+                       [--engine local|ray] [--address ADDR] [--force] [--json] [--dry-run]
+                       [--no-peers] [--no-progress] [-q|-v]
     superopt derive GRAPH [--case ...] [--json] [--max-depth D] [--max-plans P]
                           [--show ID --out FILE.png]
     superopt workloads [--json]
@@ -15,8 +16,11 @@ the ``--case`` sizes as keyword arguments and returns a Graph) or a wire-format
 
 A timed ``run`` first asks the tuning-result cache (:mod:`superopt.cache`; the GPU read
 without torch): a hit prints the stored record at once and says so; ``--force`` searches
-again. ``--dry-run`` does everything but compile and time, and refuses the options that
-only a timed run uses (``--time-budget``, ``--no-peers``, ``--device``, ``--force``).
+again (the key names the GPU, not the engine). ``--engine ray [--address ADDR]`` checks and
+times on every GPU of a local Ray or of a cluster (:mod:`superopt.run.cluster`); it refuses
+``--device``, which picks the local engine's GPU. ``--dry-run`` does everything but compile
+and time, and refuses the options that only a timed run uses (``--time-budget``,
+``--no-peers``, ``--device``, ``--force``, ``--engine ray``, ``--address``).
 Progress goes to stderr (bars on a terminal, plain lines otherwise; ``-q`` hides it, ``-v``
 adds detail); the workers' output goes to the run's log file (:mod:`superopt.runlog`).
 
@@ -116,7 +120,8 @@ TIMED_ONLY = {"time_budget": ("--time-budget", "a dry run times nothing"),
               "no_peers": ("--no-peers", "a dry run runs no peers"),
               "device": ("--device", "a dry run uses no GPU (it lowers for sm_90a on the CPU)"),
               "force": ("--force", "a dry run neither reads nor writes the tuning-result "
-                                   "cache")}
+                                   "cache"),
+              "address": ("--address", "a dry run joins no Ray cluster")}
 DEFAULT_TIME_BUDGET_S = 600.0
 
 
@@ -153,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bars or lines")
     r.add_argument("--no-peers", action="store_true",
                    help="skip timing the peers (and the comparison with them)")
+    r.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this machine's cores and one GPU (default); ray: every GPU "
+                   "of a local Ray, or of the cluster at --address (pip install -e "
+                   "'.[distributed]')")
+    r.add_argument("--address", metavar="ADDR",
+                   help="with --engine ray: join the Ray cluster at ADDR (host:port)")
     _cap_options(r)
     d = sub.add_parser("derive", parents=[common], help="list the derivations of a graph")
     d.add_argument("graph", help=graph_help)
@@ -304,6 +315,9 @@ def _refuse_for_dry_run(args) -> None:
     """A dry run refuses the options that only steer compiling and timing (one line, 2)."""
     if not args.dry_run:
         return
+    if args.engine == "ray":
+        raise CaseError("--dry-run lowers on this machine without a GPU; --engine ray checks "
+                        "and times on a cluster's GPUs: give one or the other", path="--engine")
     for dest, (flag, why) in TIMED_ONLY.items():
         if getattr(args, dest) not in (None, False):
             raise CaseError(f"{why}; drop {flag} or --dry-run", path=flag)
@@ -336,6 +350,24 @@ def _require_device(device: str) -> None:
                         f"(cuda:0..cuda:{n - 1})", path="--device")
 
 
+def _engine(args):
+    """The engine of a timed run, made but not started (nothing runs until the search opens
+    it, so a cache hit starts none): ``--engine local`` on ``--device``, or ``--engine ray``.
+
+    Raises:
+        CaseError: ``--device`` not ``cuda[:N]``; ``--address`` without ``--engine ray``;
+            ``--engine ray`` with ``--device`` (the cluster's GPUs are used), or without Ray
+            installed (it says how to install it).
+    """
+    if args.address and args.engine != "ray":
+        raise CaseError("--address joins a Ray cluster; give --engine ray too", path="--address")
+    if args.engine == "ray":
+        from .run.cluster import RayEngine
+        return RayEngine(args.address, devices=[args.device] if args.device else None)
+    from .run.engine import LocalEngine
+    return LocalEngine([_device(args.device)])
+
+
 def _progress(args):
     """The command's progress display: off with ``-q`` or ``--no-progress``."""
     from .run.progress import Progress
@@ -355,7 +387,7 @@ def _open_log(logs: RunLog, out: Path | None, g) -> None:
 
 def cmd_run(args, logs: RunLog) -> int:
     _refuse_for_dry_run(args)
-    device = _device(args.device)
+    engine = None if args.dry_run else _engine(args)  # usage errors (2); starts nothing
     g = _graph(args)  # bad input (2), then no CUDA (3), fail before the heavy imports
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise CaseError(f"{args.out!r} exists and is not a directory", path="--out")
@@ -371,15 +403,22 @@ def cmd_run(args, logs: RunLog) -> int:
                                 progress=_progress(args), **caps)
         status = 0 if all(c.status == "lowered" for c in record.candidates) else 1
     else:
-        record, out = _timed(args, g, dt, device, command, caps, logs)
+        record, out = _timed(args, g, dt, engine, command, caps, logs)
         status = 0 if record.top1 is not None else 1
     _report(args, record, out)
     return status
 
 
-def _timed(args, g, dt: str, device: str, command: str, caps: dict, logs: RunLog):
-    """The tuning-result cache's answer, or a search (stored in the cache when it found a
-    top-1); returns (record, the checked ``--out``)."""
+def _timed(args, g, dt: str, engine, command: str, caps: dict, logs: RunLog):
+    """The tuning-result cache's answer, or a search through ``engine`` (stored in the cache
+    when it found a top-1); returns (record, the checked ``--out``).
+
+    The key names the GPU the answer was measured on, never the engine, so a local run and
+    an ``--engine ray`` run of one question share an entry: the local engine's device; for a
+    local Ray this machine's GPUs (``cuda``). A run that joins a cluster (``--address``)
+    cannot know the cluster's GPUs before it joins, which a cache hit must not do: it does
+    not ask the cache, and stores under the GPU its record was measured on.
+    """
     from . import search
     from .cache import ResultCache, run_key
     from .run.environment import gpu_identity
@@ -387,7 +426,8 @@ def _timed(args, g, dt: str, device: str, command: str, caps: dict, logs: RunLog
     limits = {"budget": args.budget, "time_budget_s": budget_s, "peers": not args.no_peers,
               **caps}
     cache = ResultCache()
-    gpu = gpu_identity(device, allow_torch=False)
+    here = engine.devices[0] if engine.name == "local" else None if args.address else "cuda"
+    gpu = gpu_identity(here, allow_torch=False) if here is not None else None
     key = run_key(g, dt, gpu, limits) if gpu is not None else None
     record = cache.load(key, g) if key is not None and not args.force else None
     if record is not None:
@@ -395,21 +435,38 @@ def _timed(args, g, dt: str, device: str, command: str, caps: dict, logs: RunLog
         log.info("answered from the tuning-result cache (%s, searched %s); --force searches "
                  "again", cache.path(key), record.cache.get("stored"))
         return record, out
-    _require_device(device)
+    if here is not None:
+        _require_device(here)
     out = _check_out_dir(args.out)
     _open_log(logs, out, g)
-    record = search.tune(g, dtype=dt, budget=args.budget, budget_s=budget_s, device=device,
-                         progress=_progress(args), peers=not args.no_peers, command=command,
-                         **caps)
-    if key is None:  # neither NVML nor nvidia-smi answered: torch names the GPU
-        gpu = gpu_identity(device)
-        key = run_key(g, dt, gpu, limits) if gpu is not None else None
+    record = search.tune(g, dtype=dt, budget=args.budget, budget_s=budget_s,
+                         device=here or "cuda", engine=engine, progress=_progress(args),
+                         peers=not args.no_peers, command=command, **caps)
+    if gpu is None and here is not None:  # neither NVML nor nvidia-smi answered: torch does
+        gpu = gpu_identity(here)
+    if engine.name != "local":
+        gpu = _measured_gpu(record, gpu)
+    key = run_key(g, dt, gpu, limits) if gpu is not None else None
     if key is not None and record.top1 is not None:
         try:
             log.info("stored in the tuning-result cache: %s", cache.store(key, record))
         except OSError as e:
             log.warning("could not store the result in the cache: %s", e)
     return record, out
+
+
+def _measured_gpu(record, gpu: dict | None) -> dict | None:
+    """The GPU an engine over several devices measured ``record``'s ratios on (its reference
+    device), as the cache key names a GPU: ``gpu`` (read here before the run) when the
+    record's GPU is that one, else the record's own name and driver; ``None`` when the
+    record does not name both."""
+    env = record.environment or {}
+    name, driver = env.get("gpu"), env.get("driver")
+    if name is None:
+        return None
+    if gpu is not None and gpu["name"] == name:
+        return gpu
+    return {"name": name, "driver": driver, "source": "record"} if driver else None
 
 
 def _report(args, record, out: Path | None) -> None:

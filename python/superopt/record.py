@@ -89,7 +89,7 @@ class CandidateRecord:
         if self.result is not None:
             r = self.result.to_dict()
             d.update({k: r[k] for k in ("call_us", "graph_us", "relerr", "error", "compile_s",
-                                        "done_s")})
+                                        "done_s", "timed_on")})
             if self.search_us is not None:
                 d["search_graph_us"] = self.search_us
             t = self.time_us

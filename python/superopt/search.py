@@ -11,10 +11,12 @@ does everything but compile-and-time (no GPU needed):
    lower to identical kernels are tried once;
 3. lower each candidate to a module file (content-hashed cache);
 4. compile in parallel processes, check against the float64 reference on fresh inputs and
-   time in an isolated worker (:func:`superopt.run.engine.run_candidates`);
+   time in an isolated worker, through the engine it is given
+   (:class:`superopt.run.engine.LocalEngine`, or :class:`superopt.run.cluster.RayEngine`
+   over many GPUs); the engine streams results back and they are ranked here;
 5. time the peers, then the leaders against every correct peer interleaved in randomised
    order over several rounds (:meth:`superopt.run.session.Session.compare`), and measure the
-   two ceilings, all in the same worker, on the same GPU;
+   two ceilings, all in the same worker, on the same GPU (the engine's reference device);
 6. return a :class:`~superopt.record.RunRecord` (typed; ``to_json()`` for ``record.json``).
 
 Owns: the order of the stages and the budget. Reads every stage's records; imported by the
@@ -23,6 +25,7 @@ CLI, the bridge and the report.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 import sys
@@ -45,6 +48,7 @@ from .lower.module import lower_plan, module_header
 from .lower.target import HOPPER, Target
 from .record import CandidateRecord, PlannedCandidate, RunRecord
 from .report import write_outputs
+from .run.engine import Engine
 from .run.pool import stopped
 from .run.progress import Progress
 from .run.records import Comparison, PeerResult, TimingConfig
@@ -299,28 +303,37 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
          peers: bool = True, timing: TimingConfig | None = None,
          derived: list[Derived] | None = None, plans: Plans | None = None,
          final_rounds: int = 3, final_processes: int = 3, leaders: int = 3,
-         max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS) -> RunRecord:
+         max_depth: int = DEFAULT_MAX_DEPTH, max_plans: int = DEFAULT_MAX_PLANS,
+         engine: Engine | None = None) -> RunRecord:
     """Run the main job on ``graph`` and return its :class:`RunRecord`.
 
     Args:
         derived: the derivations to search (default: :func:`derive_all` of ``graph``).
         plans: the planned candidates (default: :func:`plan_candidates`).
-        progress: every phase (planning, the GPU worker's start, compile, check and time,
-            peers, the final round, the ceilings) on a
+        progress: every phase (planning, the engine's start: the GPU worker, or Ray and its
+            actors; compile, check and time, peers, the final round, the ceilings) on a
             :class:`~superopt.run.progress.Progress` (``True``: bars on a terminal, plain
             lines otherwise).
         final_rounds: rounds of the interleaved comparison of the ``leaders`` fastest
             candidates with every correct peer (0 skips it);
             ``final_processes`` worker processes of those rounds each.
+        engine: what compiles, checks and times the candidates (default: a
+            :class:`~superopt.run.engine.LocalEngine` on ``device``; a
+            :class:`~superopt.run.cluster.RayEngine` spreads them over a Ray cluster's
+            GPUs). Its results come back as they are known; they are ranked here. It is
+            opened after planning, with the values every plan stores in 16 bits
+            (:func:`~superopt.derive.plan.stored_by_every_plan`) for each of its sessions.
 
     Raises:
         NoCudaError: no CUDA GPU (before anything is compiled).
     """
-    from .run.engine import run_candidates
-    from .run.session import Session, require_cuda
+    from .run.engine import LocalEngine
+    from .run.records import rank_results
 
-    require_cuda(device)
+    if engine is None:
+        engine = LocalEngine([device])
     t0 = time.monotonic()
+    engine.require()  # no GPU: raises here, before anything is planned or compiled
     with Progress.of(progress) as prog:
         plans = plans or plan_candidates(graph, dtype=dtype, budget=budget, derived=derived,
                                          max_depth=max_depth, max_plans=max_plans,
@@ -330,22 +343,23 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         by_id = {c.id: c for c in plans.candidates}
         stats: dict[str, Any] = {}
         comparison = None
+        # every device's session keeps the same values in range on the adversarial inputs
         stored = stored_by_every_plan(graph, [m.plan for _, m in plans.matched])
-        with Session(graph, dtype=dtype, device=device, timing=timing,
-                     stored=stored) as session:
-            with prog.phase("start the GPU worker", announce=True):
-                env = session.environment()
-            results = run_candidates(graph, [c.candidate() for c in plans.candidates],
-                                     dtype=dtype, device=device, budget_s=budget_s,
-                                     progress=prog, session=session, timing=timing,
-                                     stats=stats)
+        with contextlib.ExitStack() as stack:
+            with prog.phase(_STARTING.get(engine.name, f"start the {engine.name} engine"),
+                            announce=True):
+                run = stack.enter_context(engine.open(graph, dtype=dtype, timing=timing,
+                                                      stored=stored))
+                env = run.environment()
+            results = rank_results(run.stream([c.candidate() for c in plans.candidates],
+                                              budget_s=budget_s, progress=prog, stats=stats))
             # with a final comparison the peers are only checked here: their times come from
             # the interleaved rounds, never from a pass timed after ours
             peer_results = []
             if peers:
-                names = session.peer_names()
+                names = run.peer_names()
                 with prog.phase("peers", len(names), announce=True) as checking:
-                    peer_results = session.peers(
+                    peer_results = run.peers(
                         names, time_it=not (final_rounds and results),
                         on_done=lambda p: checking.advance(info=f"{p.name}: {p.status}"))
             lead = [r for r in results if r.status == "ok"][:leaders]
@@ -356,20 +370,22 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
                     with prog.phase(f"final round ({final_rounds} rounds in {final_processes} "
                                     f"processes, {len(lead)} of ours, "
                                     f"{len(good)} peers)", announce=True):
-                        comparison = session.compare([by_id[r.id].candidate() for r in lead],
-                                                     good, rounds=final_rounds,
-                                                     processes=final_processes)
+                        comparison = run.compare([by_id[r.id].candidate() for r in lead],
+                                                 good, rounds=final_rounds,
+                                                 processes=final_processes)
                 except Exception as e:  # noqa: BLE001 - the search's own times still stand
                     notes.append(f"final comparison failed: {e}")
             try:
                 with prog.phase("ceilings", announce=True):
-                    ceilings = session.ceilings()
+                    ceilings = run.ceilings()
             except Exception as e:  # noqa: BLE001 - recorded, the run still reports
                 ceilings = None
                 notes.append(f"ceilings not measured: {e}")
+            notes += run.notes
     recs = [CandidateRecord(by_id[r.id], r) for r in results]
     if comparison is not None:
         _apply_comparison(recs, peer_results, comparison)
+    notes += _device_notes(results, comparison)
     record = RunRecord(graph, dtype, "timed", _command(command), env, len(plans.derived),
                        len(plans.matched), recs, peer_results, comparison, ceilings,
                        search_cost(stats, t_plan), notes)
@@ -378,6 +394,23 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     if top is not None and top.result.done_s is not None:
         record.search_cost["time_to_top1_s"] = round(t_plan + top.result.done_s, 2)
     return record
+
+
+#: The progress phase that opens an engine (its workers, its Ray) and reads its environment.
+_STARTING = {"local": "start the GPU worker", "ray": "start Ray and the GPU actors"}
+
+
+def _device_notes(results: list, comparison: Comparison | None) -> list[str]:
+    """A note when the search's times come from several devices: they only chose the
+    leaders; every ratio the record reports comes from one device's interleaved rounds."""
+    devices = sorted({r.timed_on for r in results if r.timed_on})
+    if len(devices) < 2:
+        return []
+    where = (f"; the leaders and the peers were then timed interleaved on "
+             f"{comparison.timed_on} alone, and every ratio comes from those rounds"
+             if comparison is not None and comparison.timed_on else "")
+    return [f"search times come from {len(devices)} devices (each candidate's timed_on "
+            f"says which){where}"]
 
 
 def _apply_comparison(recs: list[CandidateRecord], peers: list[PeerResult],

@@ -357,6 +357,51 @@ def test_miss_store_hit_force_in_process(tmp_path, monkeypatch, capsys):
     assert len(calls) == 2
 
 
+def test_ray_runs_share_the_cache_with_local_ones(tmp_path, monkeypatch, capsys):
+    """The key names the GPU, never the engine: an ``--engine ray`` search stores its answer
+    where a local run and a repeated ``--engine ray`` run find it, and those hits start no
+    engine. A run joining a cluster (``--address``) cannot know the cluster's GPU before it
+    joins: it does not look up, and stores under the GPU its record was measured on."""
+    import torch
+
+    from superopt import cli, search
+    from superopt.run.cluster import ray_installed
+
+    if not ray_installed():
+        pytest.skip("needs Ray: pip install -e '.[distributed]'")
+    monkeypatch.setenv("SUPEROPT_CACHE", str(tmp_path / "root"))
+    monkeypatch.setattr(environment, "nvml_identity", lambda gpu: None)
+    monkeypatch.setattr(environment, "smi_identity",
+                        lambda gpu: dict(GPU) if gpu == "0" else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    engines = []
+
+    def tune(graph, **kw):
+        engines.append(kw["engine"])
+        rec = timed_record(tmp_path / "kernels", graph.sizes)
+        rec.environment.update(driver=GPU["driver"])  # the reference device's, as measured
+        rec.search_cost["search"] = len(engines)
+        return rec
+    monkeypatch.setattr(search, "tune", tune)
+    argv = RUN + ["--json", "-q"]
+    assert cli.main(argv + ["--engine", "ray"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert [(e.name, e.address) for e in engines] == [("ray", None)]
+    for again in (argv, argv + ["--engine", "ray"]):  # a local run, then a Ray run again
+        assert cli.main(again) == 0
+        assert _without(json.loads(capsys.readouterr().out), "cache") == first
+    assert len(engines) == 1  # both answered from the Ray run's entry
+    ray = sys.modules.get("ray")
+    assert ray is None or not ray.is_initialized()  # no engine started
+    assert cli.main(argv + ["--engine", "ray", "--address", "10.0.0.9:6379"]) == 0
+    assert [(e.name, e.address) for e in engines][1] == ("ray", "10.0.0.9:6379")
+    assert json.loads(capsys.readouterr().out)["search_cost"]["search"] == 2
+    assert len(ResultCache(tmp_path / "root").entries()) == 1  # the same key, stored again
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["search_cost"]["search"] == 2
+
+
 def test_cache_commands(tmp_path):
     rec, store = _stored_for_the_cli(tmp_path)
     p = _cli(["cache", "path"], tmp_path)

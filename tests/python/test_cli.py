@@ -77,6 +77,14 @@ RUNS: dict[str, tuple[list[str], dict]] = {
     "dry_run": (["run", "matmul", "--case", "m=64,d=64,n=64", "--dry-run", "--budget", "2",
                  "--json", "--out", "dry"],
                 {"TL_LOWER_TRACE": "terminal", "SUPEROPT_CACHE": "{cwd}/cache"}),
+    "address_without_ray": (["run", "matmul", "--case", SMALL, "--address", "10.0.0.1:6379"],
+                            {}),
+    "ray_dry_run": (["run", "matmul", "--case", SMALL, "--engine", "ray", "--dry-run"], {}),
+    "ray_no_cuda": (["run", "matmul", "--case", SMALL, "--engine", "ray"], NO_CUDA),
+    "ray_bad_engine": (["run", "matmul", "--case", SMALL, "--engine", "dask"], {}),
+    "ray_device": (["run", "matmul", "--case", SMALL, "--engine", "ray", "--device", "cuda:1"],
+                   {}),
+    "dry_address": (["run", "matmul", "--dry-run", "--address", "10.0.0.1:6379"], {}),
 }
 
 #: --case text → the exact stderr line (status 2), for ``derive matmul`` and ``run matmul``
@@ -301,6 +309,64 @@ def test_run_without_cuda_creates_no_output_directory(tmp_path):
     f.write_text("x")
     p = _run(["run", "matmul", "--case", SMALL, "--out", str(f)], NO_CUDA, tmp_path)
     assert _one_line(p, 2) == f"superopt: error: --out: '{f}' exists and is not a directory"
+
+
+# -- engines: --engine ray [--address ADDR] ----------------------------------------------------
+
+INSTALL_LINE = ("superopt: error: --engine ray: Ray is not installed here; install the extra: "
+                "pip install -e '.[distributed]'")
+
+
+def test_engine_usage_errors(ran):
+    assert _one_line(ran["address_without_ray"], 2) == (
+        "superopt: error: --address: --address joins a Ray cluster; give --engine ray too")
+    assert _one_line(ran["ray_dry_run"], 2) == (
+        "superopt: error: --engine: --dry-run lowers on this machine without a GPU; --engine "
+        "ray checks and times on a cluster's GPUs: give one or the other")
+    assert "invalid choice: 'dask'" in _one_line(ran["ray_bad_engine"], 2)
+    assert _one_line(ran["dry_address"], 2) == (
+        "superopt: error: --address: a dry run joins no Ray cluster; drop --address or "
+        "--dry-run")
+
+
+def test_engine_ray_refuses_device(ran):
+    """``--device`` picks the local engine's GPU; the Ray engine uses every GPU of its
+    cluster: one line, 2, before anything is looked up or started, with or without Ray
+    installed (docs/distributed.md)."""
+    p = ran["ray_device"]
+    assert _one_line(p, 2) == (
+        "superopt: error: --device: --engine ray uses every GPU of the Ray cluster; "
+        "--device picks a GPU for the local engine only")
+    assert p.stdout == ""
+
+
+def test_engine_ray_without_a_gpu_or_without_ray(ran):
+    """No GPU here: 3, before any Ray starts; or, without the extra, the line saying how
+    to install it (2)."""
+    from superopt.run.cluster import ray_installed
+
+    p = ran["ray_no_cuda"]
+    if ray_installed():
+        assert _one_line(p, 3).startswith("superopt: timing needs a CUDA GPU")
+    else:
+        assert _one_line(p, 2) == INSTALL_LINE
+
+
+def test_engine_ray_without_the_extra_says_how_to_install_it(tmp_path):
+    """As if Ray were not installed (an import hook refuses it): 2, one line."""
+    refuse = ("import sys, runpy\n"
+              "class _NoRay:\n"
+              "    def find_spec(self, name, path=None, target=None):\n"
+              "        if name.split('.')[0] == 'ray':\n"
+              "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+              "sys.meta_path.insert(0, _NoRay())\n"
+              "sys.argv = ['superopt'] + sys.argv[1:]\n"
+              "runpy.run_module('superopt.cli', run_name='__main__')\n")
+    p = subprocess.run([sys.executable, "-c", refuse, "run", "matmul", "--case", SMALL,
+                        "--engine", "ray"], capture_output=True, text=True, env=_env(),
+                       cwd=tmp_path, timeout=300)
+    assert _one_line(p, 2) == INSTALL_LINE
+    assert p.stdout == ""
 
 
 # -- output ------------------------------------------------------------------------------------

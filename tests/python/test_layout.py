@@ -210,3 +210,31 @@ def test_no_module_over_700_lines(mod):
 def test_every_module_says_what_it_owns(mod):
     doc = ast.get_docstring(ast.parse(MODULES[mod].read_text(encoding="utf-8"))) or ""
     assert "Owns" in doc, f"{mod}: the opening docstring says nothing of what it owns"
+
+
+# -- Ray is the distributed extra: only superopt.run.cluster imports it, inside functions -----
+
+def _ray_imports(mod: str) -> list[tuple[int, bool]]:
+    """(line, at module level) of every ``import ray...`` / ``from ray... import`` in ``mod``."""
+    tree = ast.parse(MODULES[mod].read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body}
+    out = []
+    for n in ast.walk(tree):
+        names = ([a.name for a in n.names] if isinstance(n, ast.Import) else
+                 [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
+        if any(x.split(".")[0] == "ray" for x in names):
+            out.append((n.lineno, id(n) in top))
+    return out
+
+
+def test_only_the_cluster_module_imports_ray_and_only_lazily():
+    found = {m: _ray_imports(m) for m in MODULES}
+    assert {m for m, hits in found.items() if hits} <= {"superopt.run.cluster"}, found
+    assert not any(top for _, top in found["superopt.run.cluster"])
+
+
+def test_the_package_never_loads_ray():
+    r = _run_without_solvers("import superopt, superopt.cli, superopt.search, superopt.api\n"
+                             "import superopt.run.cluster, superopt.run.remote\n"
+                             "assert 'ray' not in sys.modules, 'ray loaded'")
+    assert r.returncode == 0, r.stderr

@@ -164,7 +164,8 @@ def test_results_are_json_records(full_run):
     rows = [r.to_dict() for r in results]
     json.dumps(rows, allow_nan=False)
     assert set(rows[0]) == {"id", "derivation_id", "config", "status", "call_us", "graph_us",
-                            "relerr", "error", "compile_s", "source_hash", "done_s"}
+                            "relerr", "error", "compile_s", "source_hash", "done_s",
+                            "timed_on"}
     assert rows[0]["config"] == {"block_M": 64, "name": "correct"}
     assert rows[0]["source_hash"] == "h-correct-float32"
 

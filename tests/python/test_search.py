@@ -105,3 +105,105 @@ def test_results_for_wire_is_a_valid_results_message(tmp_path):
     assert back["device"] == "NVIDIA H200" and back["top1"] == rec.candidates[0].id
     assert [c["status"] for c in back["candidates"]] == ["ok", "ok", "ok", "wrong"]
     assert back["floor_us"] == pytest.approx(rec.floor_us)
+
+
+# -- the engine seam: what the search hands every engine ------------------------------------
+
+class _FakeRun:
+    """An opened engine that records what it is asked and answers at once."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls, self.notes = calls, ["fake: a note"]
+
+    def environment(self) -> dict:
+        self.calls.append(("environment",))
+        return {"gpu": None, "engine": {"name": "fake", "devices": ["fake 0"]}}
+
+    def stream(self, candidates, **kw):
+        self.calls.append(("stream", len(candidates), kw["progress"].__class__.__name__))
+        for k, c in enumerate(candidates):
+            yield CandidateResult(c.id, c.derivation_id, dict(c.config), "ok", 10.0 + k,
+                                  10.0 + k, 1e-4, source_hash=c.source_hash, timed_on="fake 0")
+
+    def peer_names(self) -> list[str]:
+        return ["eager"]
+
+    def peers(self, names, *, time_it=True, on_done=None):
+        self.calls.append(("peers", list(names), time_it))
+        out = [PeerResult(n, status="ok", relerr=0.0, timed_on="fake 0") for n in names]
+        for p in out:
+            on_done(p)
+        return out
+
+    def compare(self, candidates, peers, *, rounds=5, processes=1):
+        self.calls.append(("compare", [c.id for c in candidates], list(peers), processes))
+        raise RuntimeError("no device")
+
+    def ceilings(self):
+        raise RuntimeError("no device")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.calls.append(("close",))
+
+
+class _FakeEngine:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def require(self) -> None:
+        self.calls.append(("require",))
+
+    def open(self, graph, *, dtype="float16", timing=None, seed=0, stored=()):
+        self.calls.append(("open", dtype, frozenset(stored)))
+        return _FakeRun(self.calls)
+
+
+def _swiglu_mlp():
+    from superopt.dsl import DagBuilder
+
+    b = DagBuilder("swiglu_mlp", [("t", 64), ("d", 256), ("f", 1024), ("n", 64)])
+    x = b.input("X", ["t", "d"])
+    h = b.mul(b.silu(b.matmul(x, b.input("W_gate", ["d", "f"]), "d", "d")),
+              b.matmul(x, b.input("W_up", ["d", "f"]), "d", "d"))
+    b.output(b.matmul(h, b.input("W_down", ["f", "n"]), "f", "f"))
+    return b.build()
+
+
+def test_every_engine_gets_the_stored_set_and_drives_the_phases(tmp_path, caplog):
+    """``tune(engine=...)``: the engine is asked for its device before planning, opened after
+    it with the values every plan stores in 16 bits (the MLP's hidden activation), streams
+    on the run's Progress; the peers, final round and ceilings are phases too, and what
+    fails there is a note, as is the engine's own."""
+    import logging
+
+    from superopt import search
+    from superopt.derive.plan import stored_by_every_plan
+    from superopt.run.progress import Progress
+
+    g = _swiglu_mlp()
+    h = next(i for i, n in enumerate(g.nodes) if n.op == "mul")
+    plans = plan_candidates(g, budget=3, directory=tmp_path)
+    assert stored_by_every_plan(g, [m.plan for _, m in plans.matched]) == {h}
+    engine = _FakeEngine()
+    caplog.set_level(logging.INFO, logger="superopt.progress")
+    record = search.tune(g, budget=3, plans=plans, engine=engine, final_rounds=2,
+                         progress=Progress("lines", min_s=0.0))
+    kinds = [c[0] for c in engine.calls]
+    assert kinds == ["require", "open", "environment", "stream", "peers", "compare", "close"]
+    assert engine.calls[1] == ("open", "float16", frozenset({h}))
+    assert engine.calls[3] == ("stream", len(plans.candidates), "Progress")
+    assert engine.calls[4] == ("peers", ["eager"], False)  # the final round times them
+    assert engine.calls[5][3] == 3  # final_processes: three by default
+    lines = [r.getMessage() for r in caplog.records if r.name == "superopt.progress"]
+    for start in ("start the fake engine", "peers", "final round (2 rounds in 3 processes",
+                  "ceilings"):
+        assert any(ln.startswith(start) for ln in lines), (start, lines)
+    assert "fake: a note" in record.notes
+    assert any(n.startswith("final comparison failed") for n in record.notes)
+    assert any(n.startswith("ceilings not measured") for n in record.notes)
+    assert record.top1 is not None and record.candidates[0].result.timed_on == "fake 0"

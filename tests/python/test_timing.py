@@ -199,7 +199,7 @@ def test_run_peers_records_failures_and_times():
     assert flash.status == "ok" and flash.relerr < 1e-5  # torch has a CPU flash kernel
     assert fa4.status == "absent" and "not installed" in fa4.error  # never "slower"
     d = cudnn.to_dict()
-    assert set(d) == {"name", "call_us", "graph_us", "relerr", "status", "error"}
+    assert set(d) == {"name", "call_us", "graph_us", "relerr", "status", "error", "timed_on"}
 
 
 def test_run_peers_wrong_is_reported_and_timed():

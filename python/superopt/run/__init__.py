@@ -6,7 +6,11 @@ ceilings and the interleaved comparison.
 * :mod:`superopt.run.process`: one worker process (isolation, timeout, kill);
 * :mod:`superopt.run.pool`: the compile pool (compiling, and the dry run's lowering);
 * :mod:`superopt.run.session`: the GPU session of one graph;
-* :mod:`superopt.run.engine`: :func:`run_candidates`, the two phases under a budget;
+* :mod:`superopt.run.engine`: the engine interface the search runs candidates through, and
+  the local engine (:func:`run_candidates`, the two phases under a budget);
+* :mod:`superopt.run.cluster`: the Ray engine (every GPU of a node or cluster; Ray is
+  imported only there, lazily), :mod:`superopt.run.dispatch`, how one stream is handed to its
+  actors, and :mod:`superopt.run.remote`, what its tasks and actors run;
 * :mod:`superopt.run.worker`: what runs inside a worker;
 * :mod:`superopt.run.timing`: CUDA-event and CUDA-graph timing, ceilings, :func:`compare`;
 * :mod:`superopt.run.peers`: eager PyTorch, ``torch.compile`` and vendor paths of a graph;

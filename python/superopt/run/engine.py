@@ -1,8 +1,16 @@
-"""The local engine: compile candidates in the pool, then check and time them in one GPU
-session, within a budget of candidates and wall seconds; return them ranked.
+"""The engine seam, and the local engine: compile candidates in the pool, then check and
+time them in one GPU session, within a budget of candidates and wall seconds.
 
-:func:`run_candidates` is the stage the search calls (a distributed engine gives the same
-function over many GPUs). Statuses and records: :mod:`superopt.run.records`.
+The search runs candidates through an :class:`Engine` it is given (default
+:class:`LocalEngine`); :class:`superopt.run.cluster.RayEngine` is the other one, over every
+GPU of a Ray cluster. An engine is opened once per graph (:meth:`Engine.open`) into an
+:class:`EngineRun`, which streams each candidate's :class:`CandidateResult` as it is known
+(:meth:`EngineRun.stream`) and runs the peers, the interleaved comparison and the ceilings,
+each on one device. Every session an engine starts gets the search's ``stored`` set (what
+every plan stores in 16 bits), so the adversarial inputs are the same on every device.
+Engines never rank: the search does (:func:`rank_results`). :func:`run_candidates` is the
+local engine's two phases in one call, ranked (tests, the benchmarks). Statuses and records:
+:mod:`superopt.run.records`.
 
 A stop request (:func:`superopt.run.pool.stop`, which the CLI's SIGINT/SIGTERM handler
 makes) ends it before the next candidate with :class:`~superopt.errors.Interrupted`; the
@@ -11,21 +19,197 @@ candidate whose check raises what nobody foresaw (anything but the worker being 
 start at all) is recorded as ``launch_error`` with the error's type and text, and the next
 candidate runs.
 
-Owns: the order of the two phases and the budget. The display is
-:class:`superopt.run.progress.Progress`'s.
+Owns: the engine interface and the local engine (the order of its two phases, the
+budget). The display is :class:`superopt.run.progress.Progress`'s, which every engine's
+stream drives (phases ``compile`` and ``check and time``).
 """
 
 from __future__ import annotations
 
+import socket
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
-from ..errors import Interrupted
+from ..errors import CaseError, Interrupted
 from .pool import compile_candidates, compile_worker_count, stopped
 from .process import WorkerStartError
 from .progress import Progress
-from .records import Candidate, CandidateResult, CompileOutcome, TimingConfig, rank_results
+from .records import (Candidate, CandidateResult, Ceilings, CompileOutcome, Comparison,
+                      PeerResult, TimingConfig, rank_results)
 from .session import Session, require_cuda
+
+
+class EngineRun(Protocol):
+    """An engine opened on one graph (see the module docstring); a context manager whose
+    exit ends every process it started. ``notes``: what the record should say about the
+    engine (a device lost, left out)."""
+
+    notes: list[str]
+
+    def environment(self) -> dict:
+        """Where the run is measured (:func:`~superopt.run.environment.environment_record`
+        of the device the peers, the comparison and the ceilings run on; an engine over
+        several devices adds ``"engine"``: its name and every device)."""
+        ...
+
+    def stream(self, candidates: Sequence[Candidate], *, tolerance: float | None = None,
+               timeout_s: float = 60.0, budget_s: float | None = None,
+               max_candidates: int | None = None, progress: bool | Progress = True,
+               compile: bool = True, checks: int = 1,
+               stats: dict | None = None) -> Iterator[CandidateResult]:
+        """Compile, check and time ``candidates`` (priority order); yield each one's result
+        once, as it is known, unranked (arguments as :func:`run_candidates`; ``progress``
+        gets the phases ``compile`` and ``check and time``)."""
+        ...
+
+    def peer_names(self) -> list[str]:
+        """:meth:`Session.peer_names`: every peer that applies to the graph."""
+        ...
+
+    def peers(self, names: Sequence[str] | None = None, *, time_it: bool = True,
+              on_done: Callable[[PeerResult], None] | None = None) -> list[PeerResult]:
+        """:meth:`Session.peers` on the reference device (``on_done`` with each peer's
+        result as it comes, in the caller's process)."""
+        ...
+
+    def compare(self, candidates: Sequence[Candidate], peers: Sequence[str], *,
+                rounds: int = 5, processes: int = 1) -> Comparison:
+        """:meth:`Session.compare`: every subject interleaved on the one reference device."""
+        ...
+
+    def ceilings(self) -> Ceilings:
+        """:meth:`Session.ceilings` on the reference device."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+    def __enter__(self) -> "EngineRun":
+        ...
+
+    def __exit__(self, *exc: Any) -> None:
+        ...
+
+
+class Engine(Protocol):
+    """What the search runs candidates with (:class:`LocalEngine`,
+    :class:`superopt.run.cluster.RayEngine`)."""
+
+    name: str
+
+    def require(self) -> None:
+        """Raise now, cheaply (nothing started), what :meth:`open` would raise for want of a
+        device: the search calls it before it plans.
+
+        Raises:
+            NoCudaError: the engine's devices are CUDA and there is no GPU here.
+        """
+        ...
+
+    def open(self, graph: Any, *, dtype: Any = "float16", timing: TimingConfig | None = None,
+             seed: int = 0, stored: Iterable[int] = ()) -> EngineRun:
+        """Start checking ``graph``'s candidates (the devices' sessions, the workers), each
+        session with ``stored`` (:func:`superopt.derive.plan.stored_by_every_plan`: the
+        values every plan stores in 16 bits, kept in range by the adversarial inputs).
+
+        Raises:
+            NoCudaError: the engine's devices are CUDA and there is no GPU.
+        """
+        ...
+
+
+class LocalEngine:
+    """This machine: the compile pool on its cores, then one device's session.
+
+    Args:
+        devices: the devices to use (``["cuda"]``, ``["cuda:1"]``; ``["cpu"]`` in tests).
+            The local engine times on one device: several are a :class:`CaseError`
+            (``--engine ray`` uses every GPU).
+        compile_workers: compile processes (default ``os.cpu_count()``).
+        compile_timeout_s: per-candidate compile limit.
+
+    Raises:
+        CaseError: no device, or more than one.
+    """
+
+    name = "local"
+
+    def __init__(self, devices: Sequence[str] = ("cuda",), *, compile_workers: int | None = None,
+                 compile_timeout_s: float = 300.0) -> None:
+        devices = [str(d) for d in devices]
+        if len(devices) != 1:
+            raise CaseError(f"the local engine times on one device, got {len(devices)} "
+                            f"({', '.join(devices) or 'none'}); --engine ray uses every GPU",
+                            path="--device")
+        self.devices = devices
+        self.compile_workers = compile_workers
+        self.compile_timeout_s = compile_timeout_s
+
+    def require(self) -> None:
+        require_cuda(self.devices[0])
+
+    def open(self, graph: Any, *, dtype: Any = "float16", timing: TimingConfig | None = None,
+             seed: int = 0, stored: Iterable[int] = ()) -> "LocalRun":
+        return LocalRun(self, Session(graph, dtype=dtype, device=self.devices[0], timing=timing,
+                                      seed=seed, stored=stored))
+
+
+class LocalRun:
+    """:class:`LocalEngine` opened on a graph: its one :class:`Session`."""
+
+    def __init__(self, engine: LocalEngine, session: Session) -> None:
+        self.engine = engine
+        self.session = session
+        self.label: str | None = None
+        self.notes: list[str] = []
+
+    def environment(self) -> dict:
+        env = self.session.environment()
+        self.label = device_label(env.get("hostname"), self.session.device, env.get("gpu"))
+        env["engine"] = {"name": "local", "devices": [self.label]}
+        return env
+
+    def stream(self, candidates: Sequence[Candidate], **kwargs: Any) -> Iterator[CandidateResult]:
+        kwargs.setdefault("compile_workers", self.engine.compile_workers)
+        kwargs.setdefault("compile_timeout_s", self.engine.compile_timeout_s)
+        return stream_candidates(self.session, candidates, timed_on=self.label, **kwargs)
+
+    def peer_names(self) -> list[str]:
+        return self.session.peer_names()
+
+    def peers(self, names: Sequence[str] | None = None, *, time_it: bool = True,
+              on_done: Callable[[PeerResult], None] | None = None) -> list[PeerResult]:
+        def done(p: PeerResult) -> None:
+            p.timed_on = self.label
+            if on_done is not None:
+                on_done(p)
+
+        return self.session.peers(names, time_it=time_it, on_done=done)
+
+    def compare(self, candidates: Sequence[Candidate], peers: Sequence[str], *,
+                rounds: int = 5, processes: int = 1) -> Comparison:
+        c = self.session.compare(candidates, peers, rounds=rounds, processes=processes)
+        c.timed_on = self.label
+        return c
+
+    def ceilings(self) -> Ceilings:
+        return self.session.ceilings()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "LocalRun":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def device_label(host: str | None, device: str, gpu: str | None, prefix: str = "") -> str:
+    """How a record names the device that timed something: ``"[prefix ]host device[ (gpu)]"``,
+    e.g. ``"gpu 2 node-a cuda:3 (NVIDIA H200)"``."""
+    text = f"{host or socket.gethostname()} {device}" + (f" ({gpu})" if gpu else "")
+    return f"{prefix} {text}" if prefix else text
 
 
 def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = "float16",
@@ -36,7 +220,8 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                    compile_timeout_s: float = 300.0, checks: int = 1, seed: int = 0,
                    timing: TimingConfig | None = None, session: Session | None = None,
                    stats: dict | None = None) -> list[CandidateResult]:
-    """Compile, check and time ``candidates`` for ``graph``; return them ranked.
+    """Compile, check and time ``candidates`` for ``graph`` on this machine; return them
+    ranked (:func:`rank_results`).
 
     Args:
         graph: the graph every candidate implements (inputs and output must match).
@@ -73,13 +258,37 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
         Interrupted: the run was stopped (:func:`superopt.run.pool.stop`), noticed before
             the check phase and before each candidate.
     """
-    if session is None:
+    own = session is None
+    if own:
         require_cuda(device)
+        session = Session(graph, dtype=dtype, device=device, timing=timing, seed=seed)
+    try:
+        return rank_results(stream_candidates(
+            session, candidates, tolerance=tolerance, timeout_s=timeout_s, budget_s=budget_s,
+            max_candidates=max_candidates, progress=progress, compile=compile,
+            compile_workers=compile_workers, compile_timeout_s=compile_timeout_s,
+            checks=checks, stats=stats))
+    finally:
+        if own:
+            session.close()
+
+
+def stream_candidates(session: Session, candidates: Sequence[Candidate], *,
+                      tolerance: float | None = None, timeout_s: float = 60.0,
+                      budget_s: float | None = None, max_candidates: int | None = None,
+                      progress: bool | Progress = True, compile: bool = True,
+                      compile_workers: int | None = None, compile_timeout_s: float = 300.0,
+                      checks: int = 1, stats: dict | None = None,
+                      timed_on: str | None = None) -> Iterator[CandidateResult]:
+    """The local engine's two phases on ``session``'s device (arguments as
+    :func:`run_candidates`): yield each candidate's result as it is known, unranked: the
+    ones the count budget cuts first, then the others in priority order. ``timed_on``
+    names the device on every result checked there.
+    """
     t_start = time.monotonic()
     deadline = t_start + budget_s if budget_s is not None else None
     cands = list(candidates)
     limit = len(cands) if max_candidates is None else max(0, int(max_candidates))
-    results: list[CandidateResult | None] = [None] * len(cands)
 
     def skipped(i: int, why: str) -> CandidateResult:
         c = cands[i]
@@ -87,7 +296,7 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                                source_hash=c.source_hash)
 
     for i in range(limit, len(cands)):
-        results[i] = skipped(i, f"budget: max_candidates={limit}")
+        yield skipped(i, f"budget: max_candidates={limit}")
     active = list(range(min(limit, len(cands))))
 
     with Progress.of(progress) as prog:
@@ -100,7 +309,7 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                     compiling.advance(info=f"{counts['ok']} ok, {counts['failed']} failed")
 
                 sub = compile_candidates([cands[i] for i in active], compile_workers,
-                                         device=device, timeout_s=compile_timeout_s,
+                                         device=session.device, timeout_s=compile_timeout_s,
                                          deadline=deadline, on_done=on_done)
             outcomes = {active[k]: o for k, o in sub.items()}
         t_compiled = time.monotonic()
@@ -113,9 +322,6 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                          compile_failed=sum(o.status != "ok" for o in outcomes.values()),
                          checked=0)
 
-        own = session is None
-        if session is None:
-            session = Session(graph, dtype=dtype, device=device, timing=timing, seed=seed)
         phase = prog.phase("check and time", len(active))
         best: float | None = None
         correct = 0
@@ -126,35 +332,33 @@ def run_candidates(graph: Any, candidates: Sequence[Candidate], *, dtype: Any = 
                 c = cands[i]
                 o = outcomes.get(i)
                 if o is not None and o.status != "ok":
-                    results[i] = CandidateResult(c.id, c.derivation_id, dict(c.config), o.status,
-                                                 error=o.error, compile_s=o.compile_s,
-                                                 source_hash=c.source_hash)
+                    r = CandidateResult(c.id, c.derivation_id, dict(c.config), o.status,
+                                        error=o.error, compile_s=o.compile_s,
+                                        source_hash=c.source_hash)
                 elif deadline is not None and time.monotonic() > deadline:
-                    results[i] = skipped(i, f"budget: {budget_s:g} s of wall time spent")
-                    results[i].compile_s = o.compile_s if o else None
+                    r = skipped(i, f"budget: {budget_s:g} s of wall time spent")
+                    r.compile_s = o.compile_s if o else None
                 else:
-                    r = _check(session, c, tolerance=tolerance, timeout_s=timeout_s,
-                               checks=checks)
+                    r = check_candidate(session, c, tolerance=tolerance, timeout_s=timeout_s,
+                                        checks=checks)
                     r.compile_s = o.compile_s if o else None
                     r.done_s = round(time.monotonic() - t_start, 3)
-                    results[i] = r
+                    r.timed_on = timed_on
                     if stats is not None:
                         stats["checked"] += 1
                     if r.time_us is not None and (best is None or r.time_us < best):
                         best = r.time_us
-                correct += results[i].status == "ok"
+                correct += r.status == "ok"
                 phase.advance(info=f"{correct} correct" + (f", best {best:.1f} µs"
                                                            if best is not None else ""))
+                yield r
             phase.close()
         finally:
-            if own:
-                session.close()
             if stats is not None:
                 stats["check_wall_s"] = round(time.monotonic() - t_compiled, 3)
-    return rank_results([r for r in results if r is not None])
 
 
-def _check(session: Session, c: Candidate, **kwargs: Any) -> CandidateResult:
+def check_candidate(session: Session, c: Candidate, **kwargs: Any) -> CandidateResult:
     """``session.check(c)``; what it raises but a worker that cannot start becomes the
     candidate's ``launch_error`` (its type and text), so the search goes on."""
     try:

@@ -2,10 +2,10 @@
 candidate without a GPU: compiling (``tilelang.compile``, which fills TileLang's disk cache
 so the GPU session's ``load`` is a cache hit) and, in a dry run, lowering to CUDA C.
 
-Each of ``workers`` threads owns one :class:`~superopt.run.process.WorkerProcess`
-(started without a CUDA context) and hands it one job at a time with a time limit; a
-process that crashes or times out is killed (its whole process group) and replaced, and the
-job is recorded as ``crash`` / ``timeout``. A job not started before ``deadline`` is
+Each of ``workers`` threads owns one :class:`JobRunner`: one
+:class:`~superopt.run.process.WorkerProcess` (started without a CUDA context), handed one
+job at a time with a time limit; a process that crashes or times out is killed (its whole
+process group) and replaced, and the job is recorded as ``crash`` / ``timeout``. A job not started before ``deadline`` is
 ``skipped``. :func:`stop` (from a signal handler) makes every thread stop taking jobs and
 kills every worker; the planning and checking loops ask :func:`stopped` between candidates.
 A job whose worker fails in a way nobody foresaw (an ``OSError`` starting it, a protocol
@@ -76,6 +76,73 @@ def _outcome_of(job: Any, status: str, error: str, seconds: float | None) -> Any
     return CompileOutcome(status, error, seconds)
 
 
+class JobRunner:
+    """One isolated compile worker serving jobs one at a time: started when the first job
+    comes, killed (its whole process group) and replaced after a job that crashes it, hangs
+    it or breaks the protocol. The pool gives each of its threads one; a Ray compile task
+    (:mod:`superopt.run.remote`) keeps one per Ray worker process.
+
+    Args:
+        device: the device the jobs compile for (no CUDA context is made).
+        preload: modules the worker imports at start (``("tilelang",)``).
+        startup_timeout_s: limit for a worker's start.
+    """
+
+    def __init__(self, *, device: str = "cuda", preload: Sequence[str] = ("tilelang",),
+                 startup_timeout_s: float = 300.0) -> None:
+        self.device = str(device)
+        self.preload = tuple(preload)
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: WorkerProcess | None = None
+
+    def run(self, job: Any, timeout_s: float) -> Any:
+        """The job's outcome (:class:`CompileOutcome` / :class:`LowerOutcome`); never raises
+        for the job's or the worker's failure: a worker that cannot start is the job's
+        ``compile_error``, a crash ``crash``, no answer in ``timeout_s`` ``timeout``, and a
+        worker killed by :func:`stop` ``skipped``."""
+        if self.proc is None:
+            proc = WorkerProcess(device=self.device, preload=self.preload, cuda_init=False,
+                                 startup_timeout_s=self.startup_timeout_s)
+            try:
+                proc.start()
+            except Exception as e:  # noqa: BLE001 - WorkerStartError, or OSError
+                proc.kill()         # (no fork, no socket): recorded on the job
+                why = str(e) if isinstance(e, WorkerStartError) else _text(e)
+                return _outcome_of(job, "compile_error", why, None)
+            self.proc = proc
+        t0 = time.monotonic()
+        try:
+            value = self.proc.request(job, timeout_s).value
+            if isinstance(value, Failed):
+                value = _outcome_of(job, "compile_error", value.error, time.monotonic() - t0)
+        except WorkerTimeout:
+            self.kill()
+            value = _outcome_of(job, "timeout", f"exceeded {timeout_s:g} s",
+                                time.monotonic() - t0)
+        except WorkerCrashed as e:
+            self.kill()
+            value = _outcome_of(job, "crash", str(e), time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001 - a protocol or OS error: this job's failure,
+            self.kill()     # and a fresh worker for the next one
+            value = _outcome_of(job, "compile_error", f"worker request failed: {_text(e)}",
+                                time.monotonic() - t0)
+        if _STOPPED and self.proc is None:  # killed by stop(), not by the candidate
+            value = _outcome_of(job, "skipped", "interrupted", None)
+        return value
+
+    def kill(self) -> None:
+        """Kill the worker (its whole process group) now; the next job starts a fresh one."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc = None
+
+    def close(self) -> None:
+        """Ask the worker to exit (killed if it does not)."""
+        if self.proc is not None:
+            self.proc.close()
+            self.proc = None
+
+
 def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "cuda",
              timeout_s: float = 300.0, deadline: float | None = None,
              preload: Sequence[str] = ("tilelang",), startup_timeout_s: float = 300.0,
@@ -107,7 +174,7 @@ def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "
             on_done(i, outcome)
 
     def loop() -> None:
-        proc: WorkerProcess | None = None
+        runner = JobRunner(device=device, preload=preload, startup_timeout_s=startup_timeout_s)
         try:
             while True:
                 try:
@@ -121,43 +188,9 @@ def run_jobs(jobs: Sequence[Any], workers: int | None = None, *, device: str = "
                 if deadline is not None and time.monotonic() > deadline:
                     record(i, _outcome_of(job, "skipped", "budget: wall time spent", None))
                     continue
-                if proc is None:
-                    proc = WorkerProcess(device=device, preload=preload, cuda_init=False,
-                                         startup_timeout_s=startup_timeout_s)
-                    try:
-                        proc.start()
-                    except Exception as e:  # noqa: BLE001 - WorkerStartError, or OSError
-                        proc.kill()         # (no fork, no socket): recorded on the job
-                        proc = None
-                        why = str(e) if isinstance(e, WorkerStartError) else _text(e)
-                        record(i, _outcome_of(job, "compile_error", why, None))
-                        continue
-                t0 = time.monotonic()
-                try:
-                    value = proc.request(job, timeout_s).value
-                    if isinstance(value, Failed):
-                        value = _outcome_of(job, "compile_error", value.error,
-                                            time.monotonic() - t0)
-                except WorkerTimeout:
-                    proc.kill()
-                    proc = None
-                    value = _outcome_of(job, "timeout", f"exceeded {timeout_s:g} s",
-                                        time.monotonic() - t0)
-                except WorkerCrashed as e:
-                    proc.kill()
-                    proc = None
-                    value = _outcome_of(job, "crash", str(e), time.monotonic() - t0)
-                except Exception as e:  # noqa: BLE001 - a protocol or OS error: this job's
-                    proc.kill()         # failure, and a fresh worker for the next one
-                    proc = None
-                    value = _outcome_of(job, "compile_error", f"worker request failed: "
-                                        f"{_text(e)}", time.monotonic() - t0)
-                if _STOPPED and proc is None:  # killed by stop(), not by the candidate
-                    value = _outcome_of(job, "skipped", "interrupted", None)
-                record(i, value)
+                record(i, runner.run(job, timeout_s))
         finally:
-            if proc is not None:
-                proc.close()
+            runner.close()
 
     threads = [threading.Thread(target=loop, name=f"superopt-pool-{k}", daemon=True)
                for k in range(compile_worker_count(workers, len(jobs)))]

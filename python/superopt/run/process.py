@@ -201,7 +201,7 @@ class WorkerProcess:
         env["PYTHONUNBUFFERED"] = "1"
         parent, child = socket.socketpair()
         cmd = [sys.executable, "-m", "superopt.run.worker", "--fd", str(child.fileno()),
-               "--device", self.device]
+               "--device", self.device, "--parent", str(os.getpid())]
         for m in self.preload:
             cmd += ["--preload", m]
         if not self.cuda_init:

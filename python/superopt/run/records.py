@@ -81,6 +81,9 @@ class CandidateResult:
         compile_s: seconds the compile pool spent on it (``None`` if not compiled there).
         done_s: seconds from the start of the run until its check finished (``None`` if it
             was not checked); gives the search's time to its top-1.
+        timed_on: the device that checked and timed it, as its engine names it (the Ray
+            engine: GPU actor, node and device name, :mod:`superopt.run.cluster`); ``None``
+            when no engine named it.
     """
 
     id: str
@@ -94,6 +97,7 @@ class CandidateResult:
     compile_s: float | None = None
     source_hash: str = ""
     done_s: float | None = None
+    timed_on: str | None = None
 
     @property
     def time_us(self) -> float | None:
@@ -122,6 +126,7 @@ class PeerResult:
             failure, e.g. an SDPA backend unavailable) | ``crash`` / ``timeout`` (its worker
             process died or hung) | ``absent`` (not installed: never "slower").
         error: short text of the failure (or of a graph-capture failure), else ``None``.
+        timed_on: the device that checked and timed it (as :class:`CandidateResult`).
     """
 
     name: str
@@ -130,6 +135,7 @@ class PeerResult:
     relerr: float | None = None
     status: str = "ok"
     error: str | None = None
+    timed_on: str | None = None
 
     @property
     def time_us(self) -> float | None:
@@ -247,6 +253,8 @@ class Comparison:
             of different processes apart.
         reference: the candidate the ratios divide by (the top-1: the fastest candidate by
             median, :meth:`rank`).
+        timed_on: the one device every round ran on (as :class:`CandidateResult`): a
+            comparison never spans devices.
     """
 
     candidates: list[str]
@@ -255,6 +263,7 @@ class Comparison:
     order: list[list[str]] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     reference: str = ""
+    timed_on: str | None = None
 
     def rank(self) -> list[str]:
         """The candidates by median time, fastest first (unmeasured last); sets

@@ -1,10 +1,11 @@
 """The isolated worker process: compiles, lowers, checks and times one thing at a time.
 
 Run as ``python -m superopt.run.worker --fd N --device cuda [--preload tilelang]
-[--no-cuda-init]`` by :class:`superopt.run.process.WorkerProcess`, never by hand. A kernel
-that segfaults, aborts, hangs or hits a CUDA error (an illegal address poisons the whole
-CUDA context) takes down only this process; the parent records the candidate's status and
-starts a fresh worker.
+[--no-cuda-init] [--parent PID]`` by :class:`superopt.run.process.WorkerProcess`, never by
+hand. A kernel that segfaults, aborts, hangs or hits a CUDA error (an illegal address
+poisons the whole CUDA context) takes down only this process; the parent records the
+candidate's status and starts a fresh worker. With ``--parent`` it ends itself and its
+process group once that parent is gone (:func:`watch_parent`).
 
 It speaks :mod:`superopt.run.protocol` on the socket ``N``: first a ``Ready``, then one
 ``Reply`` per request. Its stdout and stderr are the parent's log file (anything a library
@@ -23,7 +24,9 @@ import importlib
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -410,6 +413,31 @@ class Worker:
         return P.Reply(environment_record(self.device))
 
 
+#: How often a worker looks whether its parent is still there (seconds).
+PARENT_POLL_S = 0.5
+
+
+def watch_parent(parent: int, period_s: float = PARENT_POLL_S) -> threading.Thread:
+    """Kill this worker's process group (the worker, and nvcc or whatever it started) once
+    its parent ``parent`` is gone, so that no worker outlives a parent killed without the
+    chance to kill it: SIGKILL, or a Ray task or actor ended by a stop or a lost node. A
+    worker that does not lead its own group (never the case when
+    :class:`~superopt.run.process.WorkerProcess` starts it) kills only itself."""
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            if os.getppid() != parent:
+                try:
+                    if os.getpgid(0) == os.getpid():
+                        os.killpg(os.getpid(), signal.SIGKILL)
+                finally:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+    t = threading.Thread(target=watch, name="superopt-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve requests until end of input or ``Exit`` (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m superopt.run.worker")
@@ -419,9 +447,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="import this module at start (e.g. tilelang), so no request pays for it")
     ap.add_argument("--no-cuda-init", action="store_true",
                     help="do not create a CUDA context at start (compile workers)")
+    ap.add_argument("--parent", type=int, default=None,
+                    help="the parent's pid: exit (with the whole group) once it is gone")
     args = ap.parse_args(argv)
     conn = Connection(args.fd)
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    if args.parent is not None:
+        watch_parent(args.parent)
 
     preload_errors = {}
     for name in args.preload:
