@@ -52,7 +52,10 @@ def run_point(cands: list, graph, dtype: str, gpus: int, *, address: str | None,
     as ``superopt run`` does); its throughput and time to top-1."""
     from superopt.run import cluster
 
-    if cache == "fresh" and address is None:
+    if cache == "fresh" and address is not None:
+        raise SystemExit("scale: --cache fresh needs a local Ray (the nodes of a cluster keep "
+                         "their own TileLang caches); use --cache warm with --address")
+    if cache == "fresh":
         os.environ["TILELANG_CACHE_DIR"] = str(cache_root / f"tilelang-{gpus}gpu")
     elif cache == "warm":
         os.environ["TILELANG_CACHE_DIR"] = str(cache_root / "tilelang-shared")
@@ -103,12 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="cpu: CPU actors, to try the script without a GPU (nothing compiles)")
     args = ap.parse_args(argv)
 
-    from superopt.derive.plan import stored_by_every_plan
     from superopt.dtypes import dtype as to_dtype
     from superopt.graphs import load_graph
     from superopt.ir.workloads import parse_case
     from superopt.run import cluster
-    from superopt.search import plan_candidates
+    from superopt.search import plan_candidates, stored_in_16_bits
 
     wanted = sorted({int(x) for x in args.gpus.split(",") if x.strip()})
     dtype = to_dtype(args.dtype).name
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     plans = plan_candidates(graph, dtype=dtype, budget=args.budget)
     plan_s = time.monotonic() - t0
     cands = [c.candidate() for c in plans.candidates]
-    stored = stored_by_every_plan(graph, [m.plan for _, m in plans.matched])
+    stored = stored_in_16_bits(graph, plans, dtype)
     print(f"{graph.name} {graph.sizes} {dtype}: {len(cands)} candidates planned in "
           f"{plan_s:.1f} s", flush=True)
 

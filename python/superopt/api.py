@@ -51,7 +51,8 @@ def optimize(graph: Graph | str, *, sizes: Mapping[str, int] | None = None,
         max_depth, max_plans: the enumerator's caps (a record note says when one is hit).
         engine: what checks and times the candidates (default: the local engine on
             ``device``); ``superopt.run.cluster.RayEngine()`` uses every GPU of a Ray
-            cluster (``pip install -e '.[distributed]'``), and this machine need not have one.
+            cluster (``pip install -e '.[distributed]'``); with an ``address`` this machine
+            need not have a GPU, without one it starts a local Ray on its own GPUs.
 
     Returns:
         The :class:`~superopt.record.RunRecord` (``mode`` ``"timed"`` or ``"dry-run"``).

@@ -35,6 +35,7 @@ from typing import Any
 from .ir.dag import Graph
 from .lower.module import write_module
 from .record import RunRecord
+from .run.environment import dist_version
 from .storage import atomic_write, cache_root
 from .version import __version__
 from .wire import encode, graph_to_wire
@@ -61,15 +62,6 @@ def source_digest() -> str:
     for path in sorted(pkg.rglob("*.py")):
         h.update(str(path.relative_to(pkg)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:  # noqa: BLE001 - not installed
-        return None
 
 
 @dataclass(frozen=True)
@@ -102,8 +94,8 @@ def run_key(graph: Graph, dtype: str, gpu: dict, search: dict) -> RunKey:
     """The key of a ``superopt run`` of ``graph`` in storage ``dtype`` on ``gpu`` (a
     :func:`~superopt.run.environment.gpu_identity` answer) with the limits ``search``."""
     return RunKey(graph_digest(graph), graph.name, dict(graph.sizes), dtype, gpu["name"],
-                  gpu.get("driver"), __version__, source_digest(), _dist_version("tilelang"),
-                  _dist_version("torch"), dict(sorted(search.items())))
+                  gpu.get("driver"), __version__, source_digest(), dist_version("tilelang"),
+                  dist_version("torch"), dict(sorted(search.items())))
 
 
 @dataclass(frozen=True)

@@ -564,7 +564,7 @@ class _SignalStop:
         if self.signum is None:
             self.signum = signum
             raise Interrupted(signum)
-        self.reap_workers(timeout_s=1.0)
+        self.reap_workers(timeout_s=1.0, forward=False)  # the main thread may hold its lock
         status, line = STOP_SIGNALS.get(self.signum, STOP_SIGNALS[signal.SIGINT])
         if not self.reported:
             self.reported = True

@@ -193,10 +193,17 @@ class RunRecord:
             out["top1"] = top.id
             out["certificate"] = self.certificate()
             best = self.best_peer()
+            ratios = self.peer_ratios()
             if best is not None:
                 out["best_peer"], out["best_peer_us"] = best.name, best.time_us
-                out["speedup_vs_best_peer"] = best.time_us / top.time_us
-            ratios = self.peer_ratios()
+                # the median of the interleaved rounds' ratios when there is a comparison;
+                # else the ratio of separately measured medians, and the record says which
+                med = (ratios.get(best.name) or {}).get("median")
+                out["speedup_vs_best_peer"] = med if med is not None else \
+                    best.time_us / top.time_us
+                out["speedup_from"] = ("median of the interleaved rounds' ratios"
+                                       if med is not None else
+                                       "ratio of medians timed apart (no interleaved rounds)")
             if ratios:
                 out["ratios"] = ratios
             if self.floor_us:

@@ -41,10 +41,6 @@ def config_text(config: dict, keys: Any = None) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items() if wanted is None or k in wanted)
 
 
-def short_config(config: dict) -> str:
-    """The usual tile keys of a flat configuration (:data:`_SHOWN_KEYS`)."""
-    return config_text(config, [k for k in config if k.partition(".")[2] in _SHOWN_KEYS])
-
 
 def distinguishing_keys(configs: list[dict]) -> list[str]:
     """The keys whose value is not the same in every configuration (a key some lack

@@ -33,7 +33,7 @@ from typing import Any
 
 from .storage import cache_subdir
 
-#: -q, default, -v, -vv → the terminal's level.
+#: -q, default, -v → the terminal's level.
 TERMINAL_LEVELS = {-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
 #: Log files of runs without ``--out`` kept under ``<cache root>/logs``.
 KEEP_LOGS = 20

@@ -43,7 +43,7 @@ from .errors import DerivationError, Interrupted, LoweringError, SuperoptError, 
 from .ir.dag import Graph
 from .lower.config import config_space
 from .lower.lowering import KernelLowering, PlanMatch, storage_dtype
-from .lower.match import match_plan
+from .lower.match import lowerable, match_plan
 from .lower.module import lower_plan, module_header
 from .lower.target import HOPPER, Target
 from .record import CandidateRecord, PlannedCandidate, RunRecord
@@ -107,6 +107,8 @@ class Plans:
     candidates: list[PlannedCandidate]
     capped: str | None = None
     failures: list[PlanFailure] = field(default_factory=list)
+    #: ``derived`` is the graph's whole plan space (enumerated here, no cap hit), not a subset
+    complete: bool = False
 
     def notes(self, limit: int = 5) -> list[str]:
         """The record's notes of this stage: the cap, then one line per distinct failure
@@ -173,6 +175,7 @@ def plan_candidates(graph: Graph, *, dtype: str = "float16", budget: int = 24,
 def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
           directory: Path | None, max_depth: int, max_plans: int, prog: Progress) -> Plans:
     capped = None
+    enumerated = derived is None
     if derived is None:
         with prog.phase("derive") as deriving:
             e = enumerate_derivations(graph, max_depth, max_plans,
@@ -248,7 +251,7 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
     writing.total = len(out)  # fewer than the budget when the plans run out of configurations
     writing.close()
-    return Plans(derived, matched, out, capped, failures)
+    return Plans(derived, matched, out, capped, failures, complete=enumerated and not capped)
 
 
 # -- the main job -----------------------------------------------------------------------------
@@ -298,6 +301,26 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     return rec
 
 
+def stored_in_16_bits(graph: Graph, plans: Plans, dtype: str) -> frozenset:
+    """The intermediates of ``graph`` that every plan of its whole plan space stores in 16
+    bits (:func:`~superopt.derive.plan.stored_by_every_plan`), for the adversarial inputs.
+
+    Computed over every lowerable plan of the graph, not over the subset this search was
+    given (caps, ``--max-depth 0``, the derivations the bridge replays): over the literal
+    plan alone, softmax's ``exp(S)`` would count as stored by "every" plan and the unstable
+    plan would pass. When the space is not known whole (the default enumeration hits a cap),
+    nothing is excused: ``frozenset()``.
+    """
+    if plans.complete:
+        space = [m.plan for _, m in plans.matched]
+    else:
+        e = enumerate_derivations(graph, DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS)
+        if e.capped:
+            return frozenset()
+        space = [d.plan for d in e.derived if lowerable(d.plan, dtype)]
+    return stored_by_every_plan(graph, space)
+
+
 def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
          device: str = "cuda", progress: Progress | bool = True, command: str | None = None,
          peers: bool = True, timing: TimingConfig | None = None,
@@ -344,7 +367,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         stats: dict[str, Any] = {}
         comparison = None
         # every device's session keeps the same values in range on the adversarial inputs
-        stored = stored_by_every_plan(graph, [m.plan for _, m in plans.matched])
+        stored = stored_in_16_bits(graph, plans, dtype)
         with contextlib.ExitStack() as stack:
             with prog.phase(_STARTING.get(engine.name, f"start the {engine.name} engine"),
                             announce=True):
@@ -353,16 +376,18 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
                 env = run.environment()
             results = rank_results(run.stream([c.candidate() for c in plans.candidates],
                                               budget_s=budget_s, progress=prog, stats=stats))
+            lead = [r for r in results if r.status == "ok"][:leaders]
             # with a final comparison the peers are only checked here: their times come from
-            # the interleaved rounds, never from a pass timed after ours
+            # the interleaved rounds, never from a pass timed after ours (if the comparison
+            # fails, they stay untimed and a note says why); with no correct candidate to
+            # compare, they are timed on their own
             peer_results = []
             if peers:
                 names = run.peer_names()
                 with prog.phase("peers", len(names), announce=True) as checking:
                     peer_results = run.peers(
-                        names, time_it=not (final_rounds and results),
+                        names, time_it=not (final_rounds and lead),
                         on_done=lambda p: checking.advance(info=f"{p.name}: {p.status}"))
-            lead = [r for r in results if r.status == "ok"][:leaders]
             good = [p.name for p in peer_results if p.status == "ok"]
             notes = []
             if final_rounds and lead:
@@ -374,7 +399,8 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
                                                  good, rounds=final_rounds,
                                                  processes=final_processes)
                 except Exception as e:  # noqa: BLE001 - the search's own times still stand
-                    notes.append(f"final comparison failed: {e}")
+                    notes.append(f"final comparison failed: {e}; the peers were checked, "
+                                 "not timed (no ratio is reported)")
             try:
                 with prog.phase("ceilings", announce=True):
                     ceilings = run.ceilings()

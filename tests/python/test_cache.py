@@ -291,7 +291,7 @@ def test_a_repeated_run_answers_from_the_cache(tmp_path):
     p = _cli(RUN + ["--out", "out"], tmp_path)
     took = time.monotonic() - t0
     assert p.returncode == 0, p.stderr
-    assert took < 10, f"{took:.1f} s"  # < 2 s on the H200; this machine has two slow cores
+    assert took < 10, f"{took:.1f} s"  # 0.7 s measured on this 2-core CPU machine
     assert p.stderr.startswith(f"answered from the tuning-result cache ({store.dir}/"), p.stderr
     assert "--force searches again" in p.stderr.splitlines()[0]
     assert "| 1 | c0 (gemm) |" in p.stdout  # the table, piped: Markdown

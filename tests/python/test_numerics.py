@@ -203,6 +203,29 @@ def test_what_a_stable_plan_keeps_on_chip_is_not_stored_by_every_plan():
         g, "float16", stored=stored_by_every_plan(g, plans))] == ["scaled", "offset"]
 
 
+def test_a_restricted_search_does_not_excuse_what_a_stable_plan_avoids():
+    """The stored set comes from the graph's whole plan space, not from the plans a search
+    was given: over the literal softmax plan alone (--max-depth 0, or one derivation from
+    the bridge) exp(S) would count as stored by "every" plan and the unstable plan would
+    pass its adversarial check."""
+    from superopt.derive import derive_all
+    from superopt.search import plan_candidates, stored_in_16_bits
+
+    g = softmax_graph()
+    literal = derive_all(g)[:1]
+    assert literal[0].derivation.steps == () or len(literal[0].plan.kernels) == 3
+    for plans in (plan_candidates(g, budget=1, max_depth=0),
+                  plan_candidates(g, budget=1, derived=literal)):
+        assert not plans.complete
+        assert stored_in_16_bits(g, plans, "float16") == frozenset()
+    whole = plan_candidates(g, budget=1)
+    assert whole.complete and stored_in_16_bits(g, whole, "float16") == frozenset()
+    mlp = swiglu_mlp_graph()
+    h = next(i for i, n in enumerate(mlp.nodes) if n.op == "mul")
+    assert stored_in_16_bits(mlp, plan_candidates(mlp, budget=1, max_depth=0),
+                             "float16") == {h}
+
+
 def test_value_keys_match_expressions_across_numberings():
     from superopt.derive import derive_all
 

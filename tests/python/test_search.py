@@ -207,3 +207,27 @@ def test_every_engine_gets_the_stored_set_and_drives_the_phases(tmp_path, caplog
     assert any(n.startswith("final comparison failed") for n in record.notes)
     assert any(n.startswith("ceilings not measured") for n in record.notes)
     assert record.top1 is not None and record.candidates[0].result.timed_on == "fake 0"
+
+
+def test_peers_are_timed_on_their_own_when_no_candidate_is_correct(tmp_path):
+    """No correct candidate means no final comparison: the peers are timed in their own
+    pass (time_it), not left without times."""
+    from superopt import search
+
+    class WrongRun(_FakeRun):
+        def stream(self, candidates, **kw):
+            for c in candidates:
+                yield CandidateResult(c.id, c.derivation_id, dict(c.config), "wrong", 10.0,
+                                      10.0, 0.5, source_hash=c.source_hash)
+
+    class WrongEngine(_FakeEngine):
+        def open(self, graph, **kw):
+            self.calls.append(("open",))
+            return WrongRun(self.calls)
+
+    g = _swiglu_mlp()
+    engine = WrongEngine()
+    search.tune(g, budget=2, plans=plan_candidates(g, budget=2, directory=tmp_path),
+                engine=engine, progress=False)
+    assert ("peers", ["eager"], True) in engine.calls
+    assert not any(c[0] == "compare" for c in engine.calls)

@@ -364,3 +364,22 @@ def test_handlers_are_restored_after_main(capsys):
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     assert cli.main(["workloads"]) == 0
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_handlers_reap_does_not_wait_for_the_forwarding_lock(resumed):
+    """A second signal lands while the main thread forwards a worker's output (holding the
+    forwarding lock): the handler's reap must not wait for that lock, or the process never
+    reaches its exit."""
+    w = process.WorkerProcess(device="cpu", cuda_init=False)
+    assert w.start().ok
+    pid = w.pid
+    assert process.kill_all_workers() >= 1
+    done: list = []
+    with process._FORWARD_LOCK:  # what the main thread holds inside _remove_log
+        t = threading.Thread(target=lambda: done.append(
+            process.reap_workers(timeout_s=5.0, forward=False)), daemon=True)
+        t.start()
+        t.join(10)
+        assert done == [[]], "the reap waited for the forwarding lock"
+    assert _stat(pid) is None and pid not in process.live_worker_pids()
+    process.allow_workers()

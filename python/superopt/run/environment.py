@@ -123,7 +123,8 @@ def gpu_identity(device: Any = "cuda", *, allow_torch: bool = True) -> dict | No
         return None
 
 
-def _dist_version(name: str) -> str | None:
+def dist_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or ``None``."""
     try:
         from importlib.metadata import version
 
@@ -152,7 +153,7 @@ def environment_record(device: Any = None) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "tilelang": _dist_version("tilelang"),
+        "tilelang": dist_version("tilelang"),
         "cuda": torch.version.cuda,
         "cudnn": None,
         "gpu": None,

@@ -106,10 +106,13 @@ def kill_all_workers() -> int:
     return n
 
 
-def reap_workers(timeout_s: float = 1.0) -> list[int]:
+def reap_workers(timeout_s: float = 1.0, *, forward: bool = True) -> list[int]:
     """Wait up to ``timeout_s`` seconds in all for the workers to exit (after
     :func:`kill_all_workers`) and reap them, so that none is left behind as a zombie or an
-    orphan, and remove their logs; returns the pids still running at the deadline."""
+    orphan, and remove their logs; returns the pids still running at the deadline.
+
+    ``forward=False`` (a signal handler's: it may run in the main thread while that holds
+    the forwarding lock) reaps without forwarding the workers' output to the run's log."""
     deadline = time.monotonic() + timeout_s
     while _SPAWNING and time.monotonic() < deadline:  # a worker being started is killed by
         time.sleep(0.005)                             # its helper thread, once registered
@@ -120,7 +123,8 @@ def reap_workers(timeout_s: float = 1.0) -> list[int]:
         if w.proc.poll() is None:
             left.append(pid)
         else:
-            w._remove_log()  # waits for a thread forwarding this worker's output
+            if forward:
+                w._remove_log()  # waits for a thread forwarding this worker's output
             _LIVE.pop(pid, None)
     return left
 

@@ -46,27 +46,10 @@ def lookup_o(origin: tuple, k: int) -> NodeId | None:
     return origin[k] if 0 <= k < len(origin) else None
 
 
-def index_of_some(origin: tuple, a: NodeId) -> NodeId | None:
-    """``indexOfSome origin a 0``: the first position holding ``some a``."""
-    for k, x in enumerate(origin):
-        if x == a:
-            return k
-    return None
-
-
 def corr(w: RewriteWitness, target: NodeId, j: NodeId) -> NodeId | None:
     """``corr``: the old node that new node ``j`` denotes the same as — ``target`` for the
     root, the copied node for a copy, ``None`` for a node the rule emitted."""
     return target if j == w.root else lookup_o(w.origin, j)
-
-
-def fwd(w: RewriteWitness, target: NodeId, a: NodeId) -> NodeId:
-    """``fwd``: where old node ``a`` went — the root for ``target``, else the first new node
-    copying it (``0`` if none)."""
-    if a == target:
-        return w.root
-    k = index_of_some(w.origin, a)
-    return 0 if k is None else k
 
 
 def copy_shape(g: LeanGraph, g2: LeanGraph, w: RewriteWitness, target: NodeId, j: NodeId,
@@ -90,6 +73,9 @@ def copy_ok(g: LeanGraph, g2: LeanGraph, w: RewriteWitness, target: NodeId, j: N
 
 
 def _fwd_fn(w: RewriteWitness, target: NodeId) -> Callable[[NodeId], NodeId]:
+    """``fwd`` (with ``indexOfSome``), as a function: where old node ``a`` went — the root for
+    ``target``, else the first new node copying it (``0`` if none); the first positions are
+    found once."""
     first: dict[NodeId, NodeId] = {}
     for k, x in enumerate(w.origin):
         if x is not None and x not in first:
