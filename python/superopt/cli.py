@@ -340,14 +340,11 @@ def _require_device(device: str) -> None:
     """torch sees a CUDA GPU (else exit 3) and the one ``--device`` names (else exit 2)."""
     import torch
 
-    from .run.environment import cuda_index
+    from .run.session import require_cuda
     if not torch.cuda.is_available():
         raise NoCudaError("timing needs a CUDA GPU and torch sees none here; use --dry-run "
                           "to derive and lower without one", path="device")
-    n = torch.cuda.device_count()
-    if cuda_index(device) >= n:
-        raise CaseError(f"{device} asked for, but torch sees {n} GPU{'s' if n != 1 else ''} "
-                        f"(cuda:0..cuda:{n - 1})", path="--device")
+    require_cuda(device, path="--device")
 
 
 def _engine(args):

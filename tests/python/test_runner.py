@@ -304,3 +304,27 @@ def test_gpu_session_end_to_end(tmp_path):
     assert {res[0].id, res[1].id} == {"correct", "slow_correct"}
     assert 0 < res[0].graph_us and 0 < res[0].call_us
     assert by["slow_correct"].call_us > 3000
+
+
+def test_require_cuda_refuses_a_gpu_index_torch_does_not_see(monkeypatch):
+    """``optimize(device="cuda:7")`` on a machine with 2 GPUs is refused before anything
+    starts (the CLI's --device check is this one, at its own path)."""
+    import torch
+
+    from superopt import errors
+    from superopt.run.session import require_cuda
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    require_cuda("cuda:1")
+    require_cuda("cpu")
+    with pytest.raises(errors.CaseError) as e:
+        require_cuda("cuda:7")
+    assert (e.value.path, e.value.message) == ("device", "cuda:7 asked for, but torch sees 2 "
+                                               "GPUs (cuda:0..cuda:1)")
+    with pytest.raises(errors.CaseError) as e:
+        require_cuda("cuda:2", path="--device")
+    assert e.value.path == "--device"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(errors.NoCudaError):
+        require_cuda("cuda:0")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from ..dtypes import dtype_name, tolerance as default_tolerance
-from ..errors import NoCudaError
+from ..errors import CaseError, NoCudaError
 from .process import WorkerCrashed, WorkerError, WorkerProcess, WorkerStartError, WorkerTimeout
 from .protocol import (Check, CheckOutcome, Compare, Environment, Failed, InputSets,
                        MeasureCeilings, Reply, RunPeer, Setup, module_name_for)
@@ -41,15 +41,27 @@ def is_cuda_device(device: Any) -> bool:
     return str(device).split(":")[0] == "cuda"
 
 
-def require_cuda(device: Any) -> None:
-    """Raise :class:`~superopt.errors.NoCudaError` if ``device`` is CUDA and torch sees no GPU."""
+def require_cuda(device: Any, *, path: str = "device") -> None:
+    """Check that a CUDA ``device`` exists before anything starts on it.
+
+    Raises:
+        NoCudaError: ``device`` is CUDA and torch sees no GPU.
+        CaseError: ``cuda:N`` with ``N`` at or past the number of GPUs torch sees (at
+            ``path``).
+    """
     if is_cuda_device(device):
         import torch
+
+        from .environment import cuda_index
 
         if not torch.cuda.is_available():
             raise NoCudaError(f"device {device!r} asked for, but torch sees no CUDA GPU here "
                               "(checking and timing need one; the dry run does not)",
                               path="device")
+        n = torch.cuda.device_count()
+        if cuda_index(device) >= n:
+            raise CaseError(f"{device} asked for, but torch sees {n} GPU"
+                            f"{'s' if n != 1 else ''} (cuda:0..cuda:{n - 1})", path=path)
 
 
 class Session:
