@@ -139,7 +139,8 @@ def environment_record(device: Any = None) -> dict:
     Keys: ``superopt`` (this package's version), ``date`` (ISO 8601, UTC), ``hostname``,
     ``python``, ``torch``, ``tilelang``, ``cuda`` (the CUDA version torch was built with), ``cudnn``, ``gpu`` (name),
     ``compute_capability``, ``gpu_memory_bytes``, ``sm_count``, ``l2_bytes``, ``driver``
-    (the NVIDIA driver, from ``nvidia-smi``; ``None`` if unavailable). GPU fields are
+    (the NVIDIA driver, from NVML or ``nvidia-smi`` for the physical GPU behind the device;
+    ``None`` if unavailable). GPU fields are
     ``None`` without CUDA. Never raises.
     """
     import torch
@@ -179,10 +180,9 @@ def environment_record(device: Any = None) -> dict:
             rec["cudnn"] = torch.backends.cudnn.version()
         except Exception:  # noqa: BLE001
             pass
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
-                              "-i", str(idx)], capture_output=True, text=True, timeout=20)
-        if out.returncode == 0 and out.stdout.strip():
-            rec["driver"] = out.stdout.strip().splitlines()[0].strip()
+        # NVML / nvidia-smi know the GPU by its physical id (CUDA_VISIBLE_DEVICES mapped)
+        found = gpu_identity(f"cuda:{idx}", allow_torch=False)
+        rec["driver"] = found["driver"] if found else None
     except Exception:  # noqa: BLE001 - a record, never a failure
         pass
     return rec
