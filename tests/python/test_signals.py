@@ -383,3 +383,18 @@ def test_a_handlers_reap_does_not_wait_for_the_forwarding_lock(resumed):
         assert done == [[]], "the reap waited for the forwarding lock"
     assert _stat(pid) is None and pid not in process.live_worker_pids()
     process.allow_workers()
+
+
+def test_signal_with_progress_on_ends_with_one_line(tmp_path):
+    """Without -q the progress lines go to stderr while the run plans; a SIGINT then ends
+    stderr with exactly the one line, nothing after it, and nothing on stdout."""
+    line = STOPS[0][2]
+    p = _start(["run", "rmsnorm_mlp", "--dry-run", "--budget", "20000"], tmp_path)
+    kernels = tmp_path / "cache" / "kernels"
+    _wait_for("50 lowered modules",
+              lambda: (len(list(kernels.glob("k_*.py"))) if kernels.is_dir() else 0) >= 50 or
+              None, p, limit_s=120)
+    took, out, err = _stopped(p, signal.SIGINT)
+    assert p.returncode == STOPS[0][1], err[-2000:]
+    assert took < PROMPT_S, f"{took:.2f} s to stop"
+    assert out == "" and err.endswith(line + "\n") and err.count(line) == 1
