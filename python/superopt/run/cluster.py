@@ -100,9 +100,8 @@ def _ray_environment(local: bool):
     (as :class:`~superopt.run.process.WorkerProcess` gives its workers), usage statistics
     off, and for a local Ray the loopback switch; the caller's signal handlers kept (``ray
     .init`` installs its own for SIGTERM, which would bypass the CLI's)."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", LOOPBACK_SWITCH,
-                                            "RAY_USAGE_STATS_ENABLED")}
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # kept: off for this process's whole life
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", LOOPBACK_SWITCH)}
     path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT)] + ([path] if path else []))
     if local:
