@@ -29,63 +29,13 @@ except ImportError:  # pragma: no cover - without an installed package or a conf
 from superopt import errors
 from superopt.run import pool
 from superopt.run.cluster import RayEngine, ray_installed
-from superopt.run.records import Candidate, TimingConfig
+from superopt.run.records import TimingConfig
 from superopt.workloads import WORKLOADS
+
+from fake_candidates import FAST, GRAPH, SIZES, write_module
 
 pytestmark = pytest.mark.skipif(not ray_installed(),
                                 reason="needs Ray: pip install -e '.[distributed]'")
-
-SIZES = {"m": 8, "d": 16, "n": 12}
-GRAPH = WORKLOADS["matmul"].graph(**SIZES)
-FAST = TimingConfig(warmup=1, reps=5, replays=3)
-
-HEADER = """\
-import math, os, time
-import torch
-
-INPUTS = [("X", ({m}, {d})), ("W", ({d}, {n}))]
-OUTPUT_SHAPE = ({m}, {n})
-DTYPE = {dtype!r}
-
-
-def load(device):
-{load}
-    def launch(out, X, W):
-{launch}
-    return launch
-"""
-
-BODIES = {
-    "correct": ("pass", "out.copy_(X @ W)"),
-    "slow_correct": ("pass", "time.sleep(0.004)\nout.copy_(X @ W)"),
-    "wrong": ("pass", "out.copy_((X @ W) * 1.01)"),
-    "nan": ("pass", "out.copy_(X @ W)\nout[0, 0] = float('nan')"),
-    "abort": ("pass", "os.abort()"),
-    "sleep": ("pass", "time.sleep(120)"),
-    "load_raises": ("raise RuntimeError('layout inference failed')", "pass"),
-    "raises": ("pass", "raise ValueError('bad launch')"),
-    "slow_load": ("time.sleep(1.5)", "out.copy_(X @ W)"),
-    "slow_compile": ("time.sleep(120)", "out.copy_(X @ W)"),
-    # on CUDA an out-of-range index is a device-side assert: the context is poisoned
-    "device_assert": ("pass", "idx = torch.full((X.shape[0],), 10**6, device=out.device, "
-                              "dtype=torch.long)\nout.copy_((X @ W).index_select(0, idx))"),
-    # each load (the compile task's, then the actor worker's) appends its parent's pid
-    "where": ("with open({log!r}, 'a') as f:\n    f.write(f'{{os.getppid()}}\\n')",
-              "out.copy_(X @ W)"),
-}
-
-
-def write_module(dirpath: Path, name: str, *, key: str | None = None, dtype: str = "float32",
-                 sizes: dict | None = None, **fmt) -> Candidate:
-    load, launch = BODIES[name]
-    src = HEADER.format(dtype=dtype, load=textwrap.indent(load.format(**fmt), " " * 4),
-                        launch=textwrap.indent(launch, " " * 8), **(sizes or SIZES))
-    key = key or name
-    path = dirpath / f"{key}_{dtype}.py"
-    path.write_text(src)
-    return Candidate(id=key, derivation_id=f"d-{name}", config={"name": key},
-                     module_path=str(path), source_hash=f"h-{key}-{dtype}")
-
 
 def cpu_engine(**kw) -> RayEngine:
     return RayEngine(device="cpu", actors=2, actor_cpus=0.0, compile_timeout_s=60.0, **kw)

@@ -236,3 +236,15 @@ def test_a_missing_dot_says_how_to_install_it(tmp_path, monkeypatch):
     assert "apt-get install graphviz" in msg and "pip install" not in msg
     assert msg.endswith(f"wrote {tmp_path / 'pic.dot'} instead")
     assert (tmp_path / "pic.dot").read_text().startswith("digraph derivation {")
+
+
+def test_the_check_phase_counts_correct_results_and_the_best_time():
+    """One tally for both engines: ``N correct, best X µs`` as results come in."""
+    from superopt.run.progress import CheckTally
+
+    t = CheckTally()
+    assert t.add("compile_error", None) == "0 correct"
+    assert t.add("ok", 52.25) == "1 correct, best 52.2 µs"
+    assert t.add("wrong", 10.0) == "1 correct, best 52.2 µs"  # a wrong one is no best
+    assert t.add("ok", 60.0) == "2 correct, best 52.2 µs"
+    assert t.add("ok", 41.0) == "3 correct, best 41.0 µs"

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import math
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -30,54 +29,17 @@ from superopt.run.session import Session
 from superopt.run.timing import TimingConfig
 from superopt.workloads import WORKLOADS
 
-SIZES = {"m": 8, "d": 16, "n": 12}
-GRAPH = WORKLOADS["matmul"].graph(**SIZES)
-FAST = TimingConfig(warmup=1, reps=5, replays=3)
+import fake_candidates
+from fake_candidates import FAST, GRAPH, HEADER, SIZES
 
-HEADER = """\
-import math, os, time
-import torch
-
-INPUTS = [("X", ({m}, {d})), ("W", ({d}, {n}))]
-OUTPUT_SHAPE = ({m}, {n})
-DTYPE = {dtype!r}
-
-
-def load(device):
-{load}
-    def launch(out, X, W):
-{launch}
-    return launch
-"""
-
-BODIES = {
-    # name: (load body, launch body)
-    "correct": ("pass", "out.copy_(X @ W)"),
-    "slow_correct": ("pass", "time.sleep(0.004)\nout.copy_(X @ W)"),
-    "wrong": ("pass", "out.copy_((X @ W) * 1.01)"),
-    "nan": ("pass", "out.copy_(X @ W)\nout[0, 0] = float('nan')"),
-    "unwritten": ("pass", "pass"),
-    "half_written": ("pass", "out[:4].copy_((X @ W)[:4])"),
-    "abort": ("pass", "os.abort()"),
-    "sleep": ("pass", "time.sleep(120)"),
-    "load_raises": ("raise RuntimeError('layout inference failed: Get different layout')",
-                    "pass"),
-    "raises": ("pass", "raise ValueError('bad launch')"),
-    # On CUDA an out-of-range index is a device-side assert: the context is poisoned.
-    "device_assert": ("pass", "idx = torch.full((X.shape[0],), 10**6, device=out.device, "
-                              "dtype=torch.long)\nout.copy_((X @ W).index_select(0, idx))"),
-}
 
 
 def write_module(dirpath: Path, name: str, dtype: str = "float32",
                  sizes: dict | None = None) -> Candidate:
-    load, launch = BODIES[name]
-    src = HEADER.format(dtype=dtype, load=textwrap.indent(load, " " * 4),
-                        launch=textwrap.indent(launch, " " * 8), **(sizes or SIZES))
-    path = dirpath / f"{name}_{dtype}.py"
-    path.write_text(src)
-    return Candidate(id=name, derivation_id=f"d-{name}", config={"block_M": 64, "name": name},
-                     module_path=str(path), source_hash=f"h-{name}-{dtype}")
+    """A fixture candidate (:func:`fake_candidates.write_module`) with a tile key in its
+    config, as the search's candidates have."""
+    return fake_candidates.write_module(dirpath, name, dtype, sizes,
+                                        config={"block_M": 64, "name": name})
 
 
 #: filled by the full_run fixture's run_candidates(stats=...)

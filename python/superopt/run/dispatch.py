@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from ..errors import Interrupted
 from .pool import stopped
 from .process import WorkerStartError
-from .progress import Progress
+from .progress import CheckTally, Progress
 from .records import Candidate, CandidateResult, CompileOutcome
 
 #: Longest single wait on Ray, so a stop (a signal handled in the main thread) is seen.
@@ -170,16 +170,10 @@ class Dispatch:
         """:meth:`_loop`'s body: every result once, each advancing ``checking`` (and each
         compile that came back, ``compiling``)."""
         ray = self.ray
-        best: float | None = None
-        correct = 0
+        tally = CheckTally()
 
         def done(r: CandidateResult) -> CandidateResult:
-            nonlocal best, correct
-            if r.time_us is not None and (best is None or r.time_us < best):
-                best = r.time_us
-            correct += r.status == "ok"
-            checking.advance(info=f"{correct} correct" + (f", best {best:.1f} µs"
-                                                          if best is not None else ""))
+            checking.advance(info=tally.add(r.status, r.time_us))
             return r
 
         try:

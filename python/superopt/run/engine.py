@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 from ..errors import CaseError, Interrupted
 from .pool import compile_candidates, compile_worker_count, stopped
 from .process import WorkerStartError
-from .progress import Progress
+from .progress import CheckTally, Progress
 from .records import (Candidate, CandidateResult, Ceilings, CompileOutcome, Comparison,
                       PeerResult, TimingConfig, rank_results)
 from .session import Session, require_cuda
@@ -323,8 +323,7 @@ def stream_candidates(session: Session, candidates: Sequence[Candidate], *,
                          checked=0)
 
         phase = prog.phase("check and time", len(active))
-        best: float | None = None
-        correct = 0
+        tally = CheckTally()
         try:
             for i in active:
                 if stopped():
@@ -346,11 +345,7 @@ def stream_candidates(session: Session, candidates: Sequence[Candidate], *,
                     r.timed_on = timed_on
                     if stats is not None:
                         stats["checked"] += 1
-                    if r.time_us is not None and (best is None or r.time_us < best):
-                        best = r.time_us
-                correct += r.status == "ok"
-                phase.advance(info=f"{correct} correct" + (f", best {best:.1f} µs"
-                                                           if best is not None else ""))
+                phase.advance(info=tally.add(r.status, r.time_us))
                 yield r
             phase.close()
         finally:

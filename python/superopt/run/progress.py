@@ -181,3 +181,23 @@ class Progress:
         elif self.mode == "lines" and not failed and (
                 p.lines or time.monotonic() - p.t0 >= self.min_s):
             log.info(p.describe(final=True))
+
+
+class CheckTally:
+    """What the "check and time" phase says as results come in, on either engine:
+    ``3 correct, best 41.2 µs``."""
+
+    def __init__(self) -> None:
+        self.correct = 0
+        self.best_us: float | None = None
+
+    def add(self, status: str, time_us: float | None) -> str:
+        """Count one result (its status and µs, if timed) and return the phase's text; the
+        best time is that of a correct candidate (a wrong one may be fast)."""
+        if status == "ok" and time_us is not None and (self.best_us is None or
+                                                        time_us < self.best_us):
+            self.best_us = time_us
+        self.correct += status == "ok"
+        best = f", best {self.best_us:.1f} µs" if self.best_us is not None else ""
+        return f"{self.correct} correct{best}"
+
