@@ -42,6 +42,7 @@ from .dtypes import STORAGE_DTYPES, dtype_name, itemsize, storage_dtype as _stor
 from .errors import DerivationError, Interrupted, LoweringError, SuperoptError, from_exception
 from .ir.dag import Graph
 from .lower.config import config_space
+from .lower.families import FAMILIES
 from .lower.lowering import KernelLowering, PlanMatch, storage_dtype
 from .lower.match import lowerable, match_plan
 from .lower.module import lower_plan, module_header
@@ -67,11 +68,14 @@ def kernel_bytes(match: PlanMatch, kl: KernelLowering) -> int:
 
 
 def estimate_us(match: PlanMatch, target: Target = HOPPER) -> float:
-    """Roofline estimate of a matched plan: Σ over kernels of max(FLOPs/peak,
-    bytes/bandwidth) + the launch cost, with the target's model rates."""
+    """Roofline estimate of a matched plan: Σ over kernels of max(FLOPs/rate,
+    bytes/bandwidth) + the launch cost, with the target's model rates; a kernel's tensor
+    rate is the target's times its family's ``rate`` (a GEMM whose prologue keeps it off
+    the "ws" schedule: about 0.6, :func:`superopt.lower.kernels.gemm_space.gemm_rate`)."""
     total = 0.0
     for kl in match.kernels:
-        t_flops = kl.flops / (target.model_tflops * 1e12) * 1e6
+        rate = FAMILIES[kl.family].rate(kl.spec) if kl.flops else 1.0
+        t_flops = kl.flops / (target.model_tflops * rate * 1e12) * 1e6
         t_bytes = kernel_bytes(match, kl) / (target.model_tb_per_s * 1e12) * 1e6
         total += max(t_flops, t_bytes) + target.launch_us
     return total

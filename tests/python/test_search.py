@@ -38,6 +38,45 @@ def test_fused_plans_rank_first():
     assert len(d.plan.kernels) == 1
 
 
+def _gemm_specs(g):
+    return [k.spec for _, m in _matched(g) for k in m.kernels if k.family == "gemm"]
+
+
+def test_gemm_rate_prices_what_keeps_a_gemm_off_the_ws_schedule():
+    """A plain GEMM runs at the model rate; a prologue (here an RMSNorm's scale and gain
+    on the A tiles) costs the serial tile work the H200 measured (481 µs against ~295 µs
+    for the same shape without it: rate ≈ 0.61), whatever its inputs are named."""
+    from dataclasses import replace
+
+    from superopt.lower.kernels.gemm_space import gemm_rate
+    from model_graphs import MODELS
+    from superopt.graphs import load_graph
+    g = load_graph(f"{MODELS}/llama3_rmsnorm_qkv.py:llama3_rmsnorm_qkv", {})
+    specs = _gemm_specs(g)
+    plain = [s for s in specs if not s.a_inputs and not s.a_row_sumsq]
+    prologue = [s for s in specs if s.a_inputs and s.a_inputs[0][1] == "float16"]
+    assert plain and prologue
+    assert {gemm_rate(s) for s in plain} == {1.0}
+    assert 0.5 < gemm_rate(prologue[0]) < 0.7
+    renamed = replace(prologue[0], name="other_name", epilogue="{acc} * 2.0")
+    assert gemm_rate(renamed) == gemm_rate(prologue[0])
+
+
+def test_a_prologue_gemm_ranks_below_writing_the_operand_once():
+    """RMSNorm (gain) → projection: the plan that writes the normalised rows once and runs a
+    plain GEMM on the "ws" schedule is estimated ahead of the prologue GEMM, which cannot
+    take "ws" (bench/results/2026-12-02-suite: the prologue plan ran 481 µs, 430 TFLOP/s)."""
+    from model_graphs import MODELS
+    from superopt.graphs import load_graph
+    g = load_graph(f"{MODELS}/llama3_rmsnorm_qkv.py:llama3_rmsnorm_qkv", {})
+    best = min(_matched(g), key=lambda dm: estimate_us(dm[1]))[1]
+    gemm = [k for k in best.kernels if k.family == "gemm"]
+    assert len(gemm) == 1 and not gemm[0].spec.a_inputs and not gemm[0].spec.a_row_sumsq
+    prologue = min((m for _, m in _matched(g) if any(
+        k.family == "gemm" and k.spec.a_inputs for k in m.kernels)), key=estimate_us)
+    assert estimate_us(prologue) > 1.3 * estimate_us(best)
+
+
 def test_plan_candidates_budget_order_and_dedup(tmp_path):
     g = WORKLOADS["swiglu"].graph(m=256, n=256, d=128)
     a = plan_candidates(g, budget=7, directory=tmp_path)

@@ -32,7 +32,7 @@ from .kernels.attention import attention_source
 from .kernels.attention_space import attention_config_space, attention_cost
 from .kernels.attention_spec import AttentionConfig
 from .kernels.gemm import gemm_source
-from .kernels.gemm_space import gemm_config_space, gemm_cost_clk
+from .kernels.gemm_space import gemm_config_space, gemm_cost_clk, gemm_rate
 from .kernels.gemm_spec import GemmConfig
 from .kernels.rowfused import rowfused_source
 from .kernels.rowfused_spec import RowFusedConfig, rowfused_config_space, rowfused_cost
@@ -58,6 +58,9 @@ class Family:
         cost: ``cost(spec, config)``, the model that orders the space: a number (GEMM:
             SM clocks; attention: relative units) or a sort key (row kernels); lower is
             better.
+        rate: ``rate(spec)``: the fraction of the target's model tensor rate this kernel's
+            best schedule reaches (the roofline estimate divides by it); 1.0 unless the
+            family's cost model knows better (a GEMM with a prologue: :func:`gemm_rate`).
     """
 
     name: str
@@ -67,6 +70,7 @@ class Family:
     config_space: Callable[[Any], list]
     source: Callable[[Any, Any], str]
     cost: Callable[[Any, Any], Any]
+    rate: Callable[[Any], float] = lambda spec: 1.0
 
 
 def _ops(plan: Plan, k: int) -> set[str]:
@@ -77,7 +81,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("attention", lambda p, k: p.kernels[k].online, match_attention, AttentionConfig,
            attention_config_space, attention_source, attention_cost),
     Family("gemm", lambda p, k: "matmul" in _ops(p, k), match_gemm, GemmConfig,
-           gemm_config_space, gemm_source, gemm_cost_clk),
+           gemm_config_space, gemm_source, gemm_cost_clk, gemm_rate),
     Family("rowfused", is_row_fused, match_rowfused, RowFusedConfig,
            rowfused_config_space, rowfused_source, rowfused_cost),
     Family("rowreduce", lambda p, k: "reduce" in _ops(p, k), match_rowreduce, RowConfig,

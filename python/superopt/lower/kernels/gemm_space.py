@@ -18,6 +18,7 @@ Imports the spec modules and the dtypes; must not import a source writer.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import replace
 
@@ -39,6 +40,12 @@ _L2_BYTES_PER_CLK = 64
 _KSTEP_OVERHEAD_CLK = 64
 #: Fixed cost per tile: pipeline fill latency plus the epilogue, clocks.
 _TILE_OVERHEAD_CLK = 3000
+#: How fast the consumers compute a prologue's A tile (read its inputs' tiles, write the A
+#: tile) *between* wgmma batches, bytes per clock: serial with the tensor pipe on TileLang's
+#: pipelined schedule. Calibrated on the H200 (bench/results/2026-12-02-suite,
+#: llama3_rmsnorm_qkv): the RMSNorm-prologue GEMM 4096x4096 @ 4096x6144, 128x256x64, 4
+#: stages, ran 481 us, 1.63x the ~295 us of the same shape without a prologue.
+_PROLOGUE_SERIAL_BYTES_PER_CLK = 108
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
 _BLOCK_K_CHOICES = (64, 128)
@@ -98,8 +105,8 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     # "ws" keeps one wgmma batch in flight instead of draining the tensor pipe every K
     # step; a 2-CTA cluster halves the L2 reads of B (multicast).
     overhead = _KSTEP_OVERHEAD_CLK / 2 if cfg.schedule == "ws" else _KSTEP_OVERHEAD_CLK
-    if spec.a_inputs:  # the consumers' two barriers around computing the A tile
-        overhead += _KSTEP_OVERHEAD_CLK
+    if spec.a_inputs:  # the consumers' two barriers around computing the A tile, and the
+        overhead += _KSTEP_OVERHEAD_CLK + prologue / _PROLOGUE_SERIAL_BYTES_PER_CLK  # tile
     b_bytes = n_gemm * cfg.block_n * cfg.block_k * ib / cfg.cluster_m
     l2 = (cfg.block_m * cfg.block_k * ib + b_bytes) / _L2_BYTES_PER_CLK
     mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)
@@ -108,6 +115,53 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     if cfg.persistent:  # later tiles' fill and epilogue mostly hide under the mainloop
         return waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1))
     return waves * (mainloop + _TILE_OVERHEAD_CLK)
+
+
+def gemm_rate(spec: GemmSpec | GemmChainSpec) -> float:
+    """The fraction of a plain GEMM's rate that ``spec`` reaches, by :func:`gemm_cost_clk`:
+    the best configuration's cost of the same shape without a prologue and without the sum
+    of squares (what lets a plain GEMM take the "ws" schedule) over ``spec``'s own best.
+
+    1.0 for a plain GEMM and for a chain; below 1 where the features force TileLang's
+    pipelined schedule and serial work per K step (a prologue: about 0.6). The roofline
+    estimate (:func:`superopt.search.estimate_us`) divides the tensor rate by it, so plans
+    that write a normalised operand once and run a plain GEMM compete fairly with prologues.
+    An invalid spec or one without configurations gives 1.0 (the matcher reports those).
+    """
+    if isinstance(spec, GemmChainSpec) or not (spec.a_inputs or spec.a_row_sumsq):
+        return 1.0
+    return _gemm_rate(_cost_shape(spec))
+
+
+def _cost_shape(spec: GemmSpec) -> GemmSpec:
+    """``spec`` with what the cost model and the configuration checks ignore made canonical
+    (names, expressions): plans that differ only there share one :func:`_gemm_rate` entry."""
+    renamed: dict[str, str] = {}
+
+    def names(group: tuple[str, ...], prefix: str) -> tuple[str, ...]:
+        out = tuple(f"{prefix}{i}" for i in range(len(group)))
+        renamed.update(zip(group, out))
+        return out
+
+    a_inputs = tuple((f"a{i}", d) for i, (_, d) in enumerate(spec.a_inputs))
+    return replace(spec, name="gemm", epilogue="{acc}", row_inputs=names(spec.row_inputs, "r"),
+                   col_inputs=names(spec.col_inputs, "c"), k_inputs=names(spec.k_inputs, "k"),
+                   a_inputs=a_inputs, prologue="{a0}" if a_inputs else "",
+                   vector_dtypes=tuple((renamed[n], d) for n, d in spec.vector_dtypes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_rate(spec: GemmSpec) -> float:
+    kept = set(spec.row_inputs) | set(spec.col_inputs)
+    plain = replace(spec, a_inputs=(), prologue="", a_row_sumsq=False, k_inputs=(),
+                    vector_dtypes=tuple(v for v in spec.vector_dtypes if v[0] in kept))
+    try:
+        own, ref = gemm_config_space(spec, limit=1), gemm_config_space(plain, limit=1)
+    except LoweringError:
+        return 1.0
+    if not own or not ref:
+        return 1.0
+    return min(1.0, gemm_cost_clk(plain, ref[0]) / gemm_cost_clk(spec, own[0]))
 
 
 def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
