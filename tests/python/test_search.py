@@ -77,6 +77,29 @@ def test_a_prologue_gemm_ranks_below_writing_the_operand_once():
     assert estimate_us(prologue) > 1.3 * estimate_us(best)
 
 
+def test_a_gemm_chain_is_priced_with_its_recomputed_first_gemm():
+    """An intermediate of 256 gets streamed configurations (whole, it leaves no registers
+    for an output tile); with 1024 output columns every output tile recomputes its row
+    block's intermediate, so the chain ranks below two plain GEMMs; with 256 output columns
+    (one recompute) it ranks first: it saves the intermediate's round trip."""
+    from model_graphs import MODELS
+    from superopt.graphs import load_graph
+    from superopt.lower.config import kernel_config_space
+    path = f"{MODELS}/gelu_mlp_chain.py:gelu_mlp_chain"
+
+    def chain_and_best(sizes):
+        matched = _matched(load_graph(path, sizes))
+        (chain,) = [m for _, m in matched if len(m.kernels) == 1]
+        return chain, min((m for _, m in matched), key=estimate_us)
+
+    chain, best = chain_and_best({})
+    assert kernel_config_space(chain.kernels[0]) and all(
+        c.block_h in (64, 128) for c in kernel_config_space(chain.kernels[0]))
+    assert best is not chain and estimate_us(chain) > 2 * estimate_us(best)
+    chain, best = chain_and_best({"d": 256, "hidden": 128})
+    assert best is chain
+
+
 def test_plan_candidates_budget_order_and_dedup(tmp_path):
     g = WORKLOADS["swiglu"].graph(m=256, n=256, d=128)
     a = plan_candidates(g, budget=7, directory=tmp_path)

@@ -292,7 +292,9 @@ def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[Gemm
     m_cap = max(64, 1 << (spec.m - 1).bit_length())
     n_cap = max(64, 1 << (spec.n - 1).bit_length())
     cands: dict[GemmConfig, None] = {}
-    h_tiles = (0,) if spec.f <= MAX_CHAIN_F else (64, 128)
+    # a whole intermediate of up to 256 columns, or streamed tiles of it: an intermediate of
+    # 256 leaves one 64-row warpgroup too few accumulator registers for any output tile
+    h_tiles = ((0,) if spec.f <= MAX_CHAIN_F else ()) + tuple(h for h in (64, 128) if h < spec.f)
     for threads, block_ms in ((128, (64, 128)), (256, (128, 256))):
         for bm in block_ms:
             if bm > 2 * m_cap:

@@ -122,15 +122,39 @@ def gemm_rate(spec: GemmSpec | GemmChainSpec) -> float:
     the best configuration's cost of the same shape without a prologue and without the sum
     of squares (what lets a plain GEMM take the "ws" schedule) over ``spec``'s own best.
 
-    1.0 for a plain GEMM and for a chain; below 1 where the features force TileLang's
-    pipelined schedule and serial work per K step (a prologue: about 0.6). The roofline
+    1.0 for a plain GEMM; below 1 where the features force TileLang's pipelined schedule
+    and serial work per K step (a prologue: about 0.6). A chain's is its two GEMMs as plain
+    kernels over its own cost (:func:`_chain_rate`: the recomputed first GEMM). The roofline
     estimate (:func:`superopt.search.estimate_us`) divides the tensor rate by it, so plans
     that write a normalised operand once and run a plain GEMM compete fairly with prologues.
     An invalid spec or one without configurations gives 1.0 (the matcher reports those).
     """
-    if isinstance(spec, GemmChainSpec) or not (spec.a_inputs or spec.a_row_sumsq):
+    if isinstance(spec, GemmChainSpec):
+        return _chain_rate(replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}",
+                                   row_inputs=(), f_inputs=(), col_inputs=(),
+                                   vector_dtypes=()))
+    if not (spec.a_inputs or spec.a_row_sumsq):
         return 1.0
     return _gemm_rate(_cost_shape(spec))
+
+
+@functools.lru_cache(maxsize=1024)
+def _chain_rate(spec: GemmChainSpec) -> float:
+    """A chain against its two GEMMs run as plain kernels: the chain recomputes the first
+    GEMM's tile for every output column tile a block does not hold (``n / (block_n ·
+    col_tiles)`` times), which its cost model counts and the FLOP count does not."""
+    first = GemmSpec(spec.batch, spec.m, spec.f, spec.k, spec.b1_layout, dtype=spec.dtype,
+                     b_batch=spec.b1_batch)
+    second = GemmSpec(spec.batch, spec.m, spec.n, spec.f, spec.b2_layout, dtype=spec.dtype,
+                      out_dtype=spec.out_dtype, b_batch=spec.b2_batch)
+    try:
+        best = [gemm_config_space(s, limit=1) for s in (spec, first, second)]
+    except LoweringError:
+        return 1.0
+    if not all(best):
+        return 1.0
+    plain = gemm_cost_clk(first, best[1][0]) + gemm_cost_clk(second, best[2][0])
+    return min(1.0, plain / gemm_cost_clk(spec, best[0][0]))
 
 
 def _cost_shape(spec: GemmSpec) -> GemmSpec:
