@@ -10,4 +10,4 @@ for w in matmul swiglu rmsnorm rmsnorm_mlp attention; do
     > "$out/ncu_$w.txt" 2>&1
 done
 ncu --clock-control none -k 'regex:gemm|nvjet|xmma|cutlass|sm90' --launch-count 1 $secs \
-  python3 bench/explore/run_top1.py matmul --peer > "$out/ncu_matmul_cublas.txt" 2>&1
+  python3 bench/explore/run_top1.py matmul --peer cuBLAS > "$out/ncu_matmul_cublas.txt" 2>&1

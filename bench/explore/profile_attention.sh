@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Nsight Compute over a recorded attention top-1 beside FlashAttention-4 and cuDNN on the same
+# graph (issue 16: find out why before changing code).
+#   usage (GPU machine, repo root, TileLang and the peers on PYTHONPATH):
+#     bash bench/explore/profile_attention.sh OUTDIR [SPEC TOP1]
+#   default SPEC: the suite's causal GQA LLaMA-3 prefill and its 2026-12-02 top-1.
+# Writes OUTDIR/ncu_attention_{ours,fa4,cudnn}.txt (details page of the sections below).
+set -uo pipefail
+out=$1; mkdir -p "$out"
+spec=${2:-examples/models/llama3_attention.py:llama3_attention}
+top1=${3:-bench/results/2026-12-02-suite/llama3_attention/top1.py}
+secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy --section SchedulerStats"
+run="python3 bench/explore/run_top1.py $spec"
+ncu --clock-control none -k 'regex:^k[0-9]+_' --launch-count 1 $secs \
+  $run --top1 "$top1" > "$out/ncu_attention_ours.txt" 2>&1
+# the peers: launch 3 times, skip what the first (compiling) call launches, name every kernel
+ncu --clock-control none -k 'regex:(?i)flash|fmha|attn|sm90' --launch-skip 1 --launch-count 1 \
+  $secs $run --peer FA4 --launches 3 > "$out/ncu_attention_fa4.txt" 2>&1
+ncu --clock-control none -k 'regex:(?i)cudnn|fmha|flash|attn|sm90' --launch-skip 1 \
+  --launch-count 1 $secs $run --peer "SDPA cuDNN" --launches 3 > "$out/ncu_attention_cudnn.txt" 2>&1
+for f in "$out"/ncu_attention_*.txt; do
+  echo "== $f"; grep -E '^\s+[a-zA-Z_0-9:<>]+.*\(\d+, \d+, \d+\)|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|No kernels|relerr|Error' "$f" | head -12
+done
