@@ -19,5 +19,5 @@ ncu --clock-control none -k 'regex:(?i)flash|fmha|attn|sm90' --launch-skip 1 --l
 ncu --clock-control none -k 'regex:(?i)cudnn|fmha|flash|attn|sm90' --launch-skip 1 \
   --launch-count 1 $secs $run --peer "SDPA cuDNN" --launches 3 > "$out/ncu_attention_cudnn.txt" 2>&1
 for f in "$out"/ncu_attention_*.txt; do
-  echo "== $f"; grep -E '^\s+[a-zA-Z_0-9:<>]+.*\(\d+, \d+, \d+\)|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|No kernels|relerr|Error' "$f" | head -12
+  echo "== $f"; grep -E '^\s+[a-zA-Z_0-9:<>]+.*\([0-9]+, [0-9]+, [0-9]+\)|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|No kernels|relerr|Error' "$f" | head -12
 done
