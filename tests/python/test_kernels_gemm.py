@@ -711,6 +711,31 @@ def test_column_and_row_vectors_in_the_epilogue_keep_their_dtype(tmp_path):
         assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg)
 
 
+def test_bias_and_gelu_fused_into_the_gemm_epilogue(tmp_path):
+    """``gelu_tanh(X @ W + bias)``, bias along the output columns: fuse_epilogue takes the bias
+    add (a column vector) and the GELU into the GEMM; the kernel reads the bias tile of its
+    column block (``bx``) and indexes it by the tile's column ``j``."""
+    b = DagBuilder("gemm_bias_gelu", [("m", 1000), ("d", 512), ("n", 1000)])
+    x, w, bias = b.input("X", ["m", "d"]), b.input("W", ["d", "n"]), b.input("bias", ["n"])
+    b.output(b.gelu_tanh(b.add(b.matmul(x, w, "d", "d"), bias)))
+    one = [d for d in derive_all(b.build()) if len(d.plan.kernels) == 1]
+    assert len(one) == 1 and [s.rule for s in one[0].derivation.steps][:2] == \
+        ["fuse_epilogue", "fuse_epilogue"]
+    kl = match_plan(one[0].plan, "float16").kernels[0]
+    spec = kl.spec
+    assert spec.col_inputs == ("v2",) and not spec.row_inputs
+    assert [v for _, v in kl.params] == [(1, 1000, 512), (1, 512, 1000), (1000,)]
+    for cfg in (gemm_config_space(spec)[0], GemmConfig(128, 128, 64, 3, 256)):
+        src = gemm_source(spec, cfg)
+        assert 'v2: T.Tensor((1000,), "float16")' in src
+        assert f"T.copy(v2[bx * {cfg.block_n}], v2_s)" in src  # the column block's bias
+        assert '(acc[i, j] + T.Cast("float32", v2_s[j]))' in src and "T.tanh" in src
+        cuda, launch = lower(tmp_path, src, spec.name)
+        assert "wgmma" in cuda and launch["grid"] == expected_grid(spec, cfg)
+        if not cfg.persistent:  # grid x walks the column blocks
+            assert re.search(rf"v2\[\(+\(int\)blockIdx\.x\) \* {cfg.block_n}\) \+", cuda)
+
+
 def test_vector_times_matrix_is_a_one_row_gemm(tmp_path):
     """``beta @ W`` ([d] @ [d, n], what distribute_bias leaves of a LayerNorm's shift)."""
     def body(b):

@@ -586,19 +586,26 @@ def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
 
 /-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` (not
 elementwise only) over the same domain, its reads being `p`'s fragments (outside `p`'s
-streamed loop) and row vectors. -/
+streamed loop), row vectors and, when `p` is a GEMM kernel (a matmul, not online), column
+vectors (axes exactly the domain's last axis: the bias of `X @ W + b`). -/
 def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for c in [0:p.kernels.size] do
     if !elementwiseOnly p c then continue
     let dom := p.domain c
     let rowAxes := dom.take (dom.length - 1)
+    let colAxes := dom.drop (dom.length - 1)
     let ext := p.externalArgs c
     let producers := sortNats (ext.toList.filterMap fun a => p.owner a)
     for pk in producers do
       let kp := p.kernel pk
       -- elementwise into elementwise is `fuse_elementwise` (the whole region at once)
       if p.domain pk != dom || elementwiseOnly p pk then continue
+      -- a GEMM kernel: a matmul, not online (its epilogue may read column vectors)
+      let hasMatmul : Bool := kp.nodes.any fun n => match p.node n with
+        | .matmul _ _ _ _ => true
+        | _ => false
+      let gemm : Bool := hasMatmul && !kp.online
       let mut ok := true
       for a in ext do
         let fromP : Bool := p.owner a == some pk
@@ -606,9 +613,10 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
         let inLoop : Bool := match kp.stream with
           | some st => (p.axesOf a).contains st
           | none => false
-        -- from elsewhere: a row vector of the domain
+        -- from elsewhere: a row vector of the domain, or a GEMM's column vector
         let rowVector : Bool := (p.axesOf a).all (fun x => rowAxes.contains x)
-        if (fromP && inLoop) || (!fromP && !rowVector) then
+        let colVector : Bool := gemm && p.axesOf a == colAxes
+        if (fromP && inLoop) || (!fromP && !rowVector && !colVector) then
           ok := false
       if ok && (epiloguePosition p pk c).isSome then
         out := out.push [siteN pk, siteN c]

@@ -78,6 +78,11 @@ def epilogue_position(plan: Plan, p: int, c: int) -> int | None:
 
 
 def fuse_epilogue_sites(plan: Plan) -> list[Site]:
+    """Sites ``(p, c)``: an elementwise kernel ``c`` reading kernel ``p`` (not elementwise
+    only) over the same domain, its reads being ``p``'s fragments (outside ``p``'s streamed
+    loop), row vectors (axes within the domain minus its last axis) and, when ``p`` is a
+    GEMM kernel (a matmul, not online), column vectors (axes exactly ``[last axis]``: the
+    bias of ``X @ W + b``), in a valid position (:func:`epilogue_position`)."""
     g, out = plan.graph, []
     for c in range(len(plan.kernels)):
         if not elementwise_only(plan, c):
@@ -88,13 +93,15 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
             kp = plan.kernels[p]
             if plan.domain(p) != dom or elementwise_only(plan, p):
                 continue  # elementwise into elementwise: fuse_elementwise, the whole region
+            gemm = not kp.online and any(g.nodes[n].op == "matmul" for n in kp.nodes)
             ok = True
             for a in ext:
                 if plan.owner(a) == p:
                     if kp.stream is not None and kp.stream in g.nodes[a].axes:
                         ok = False  # a value inside p's streamed loop, not an epilogue value
-                elif not set(g.nodes[a].axes) <= set(dom[:-1]):
-                    ok = False  # epilogues read the producer's fragments and row vectors only
+                elif not (set(g.nodes[a].axes) <= set(dom[:-1])
+                          or (gemm and tuple(g.nodes[a].axes) == tuple(dom[-1:]))):
+                    ok = False  # epilogues read p's fragments, row vectors, a GEMM's columns
             if ok and epilogue_position(plan, p, c) is not None:
                 out.append((p, c))
     return out
