@@ -129,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="superopt", description="Tensor-program superoptimizer: derive, lower to "
                 "TileLang, check and time kernels against torch.compile, cuBLAS and cuDNN.")
     p.add_argument("--version", action="version", version=f"superopt {__version__}")
+    # -q/-v also before the command (`superopt -q run ...`); their own dests, because a
+    # subcommand's defaults would overwrite the same dest (merged in parse_args)
+    before = p.add_mutually_exclusive_group()
+    before.add_argument("-q", "--quiet", dest="quiet_before", action="store_true",
+                        help="as the command's -q")
+    before.add_argument("-v", "--verbose", dest="verbose_before", action="store_true",
+                        help="as the command's -v")
     common = _Parser(add_help=False)
     talk = common.add_mutually_exclusive_group()
     talk.add_argument("-q", "--quiet", action="store_true",
@@ -599,6 +606,19 @@ def _signals_stop_the_command():
             signal.signal(s, h)
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """:func:`build_parser`'s namespace, with -q/-v given before the command merged into the
+    command's own; -q and -v together (one on each side) exit 2 as argparse's own conflict."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.quiet = args.quiet or args.quiet_before
+    args.verbose = args.verbose or args.verbose_before
+    del args.quiet_before, args.verbose_before
+    if args.quiet and args.verbose:
+        parser.error("argument -v/--verbose: not allowed with argument -q/--quiet")
+    return args
+
+
 def main(argv=None) -> int:
     """Run one command; returns the exit status (see the module docstring)."""
     with _signals_stop_the_command() as stop, RunLog() as logs:
@@ -610,7 +630,7 @@ def main(argv=None) -> int:
 
 def _main(argv, stop: _SignalStop, logs: RunLog) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         logs.set_verbosity(-1 if args.quiet else 1 if args.verbose else 0)
         if args.cmd == "run":
             status = cmd_run(args, logs)

@@ -73,6 +73,7 @@ RUNS: dict[str, tuple[list[str], dict]] = {
     "device_cpu": (["run", "matmul", "--case", SMALL, "--device", "cpu"], NO_CUDA),
     "device_colon": (["run", "matmul", "--case", SMALL, "--device", "cuda:"], NO_CUDA),
     "quiet_and_verbose": (["run", "matmul", "-q", "-v"], {}),
+    "quiet_before_verbose_after": (["-q", "run", "matmul", "-v"], {}),
     # one dry run end to end: the JSON document, the files under --out, the log
     "dry_run": (["run", "matmul", "--case", "m=64,d=64,n=64", "--dry-run", "--budget", "2",
                  "--json", "--out", "dry"],
@@ -243,8 +244,19 @@ def test_a_bad_device_is_refused_before_looking_for_cuda(ran):
         "superopt: error: --device: expected cuda or cuda:N (N the index of a GPU), got 'cpu'"
     assert _one_line(ran["device_colon"], 2) == \
         "superopt: error: --device: expected cuda or cuda:N (N the index of a GPU), got 'cuda:'"
-    assert _one_line(ran["quiet_and_verbose"], 2) == \
-        "superopt: error: argument -v/--verbose: not allowed with argument -q/--quiet"
+    for name in ("quiet_and_verbose", "quiet_before_verbose_after"):
+        assert _one_line(ran[name], 2) == \
+            "superopt: error: argument -v/--verbose: not allowed with argument -q/--quiet"
+
+
+@pytest.mark.parametrize("argv,quiet,verbose", [
+    (["-q", "derive", "matmul"], True, False), (["derive", "matmul", "-q"], True, False),
+    (["--verbose", "run", "matmul"], False, True), (["derive", "matmul"], False, False)])
+def test_quiet_and_verbose_go_before_or_after_the_command(argv, quiet, verbose):
+    from superopt.cli import parse_args
+    args = parse_args(argv)
+    assert (args.quiet, args.verbose) == (quiet, verbose)
+    assert not hasattr(args, "quiet_before")
 
 
 def test_version(ran, tmp_path):
