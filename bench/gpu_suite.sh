@@ -15,6 +15,6 @@ python3 -c "import flash_attn.cute" 2>/dev/null && echo "FA4: importable" || ech
 python3 -c "import quack" 2>/dev/null && echo "quack: importable" || echo "quack: absent"
 out=${OUT:-/tmp/out}
 python3 bench/suite.py --out /tmp/suite --graphs "$graphs" "$@" 2>&1 \
-  | grep -v "Warning: AnnotateWarpGroupRegAlloc"
+  | grep --line-buffered -v "Warning: AnnotateWarpGroupRegAlloc"
 cp /tmp/suite/suite.json "$out/" 2>/dev/null
 tar -C /tmp -czf "$out/suite.tar.gz" suite
