@@ -28,4 +28,4 @@ python3 -c "import ray, torch, tilelang; print('ray', ray.__version__, 'torch', 
 timeout 240 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/python/test_cluster.py \
   2>&1 | tee "$out/gpu_ray.log" | tail -15
 timeout "${SCALE_LIMIT_S:-480}" python3 bench/scale.py --gpus "$gpus" --budget "$budget" \
-  --out "$out/scale.json" 2>&1 | grep -v "Warning: AnnotateWarpGroupRegAlloc"
+  --out "$out/scale.json" 2>&1 | grep --line-buffered -v "Warning: AnnotateWarpGroupRegAlloc"

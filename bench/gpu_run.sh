@@ -21,7 +21,7 @@ for spec in "$@"; do
   echo "=== $w ${case_:-reference} ${EXTRA:-}"
   python3 -m superopt.cli run "$w" ${case_:+--case "$case_"} ${EXTRA:-} --budget "$budget" \
     --out "$out/runs/$tag" --no-progress --time-budget "${TIME_BUDGET:-240}" 2>&1 \
-    | grep -v "Warning: AnnotateWarpGroupRegAlloc"
+    | grep --line-buffered -v "Warning: AnnotateWarpGroupRegAlloc"
   # packed after every workload, so a call cut short still returns what finished
   tar -C "$out" -czf "$out/runs.tar.gz" runs
 done
