@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..ir.dag import Graph, Node, NodeId
 from ..ir.ops import LOG2E
-from .plan import Plan, initial_plan
+from .plan import Plan
 from .rewrite import Emitter, RewriteWitness, rewrite_graph_w
 
 Site = tuple
@@ -42,10 +42,6 @@ def _is_stabilized(g: Graph, x: NodeId, axis: str) -> bool:
     m = g.nodes[n.args[1]]
     return m.op == "reduce" and m.fn == "max" and m.axis == axis and m.args == (n.args[0],)
 
-
-def stabilize_softmax(plan: Plan, site: Site) -> Plan:
-    """The initial plan of :func:`stabilize_softmax_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
-    return initial_plan(stabilize_softmax_rewrite(plan, site)[0])
 
 
 def stabilize_softmax_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
@@ -90,10 +86,6 @@ def factor_row_scale_sites(plan: Plan) -> list[Site]:
     return out
 
 
-def factor_row_scale(plan: Plan, site: Site) -> Plan:
-    """The initial plan of :func:`factor_row_scale_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
-    return initial_plan(factor_row_scale_rewrite(plan, site)[0])
-
 
 def factor_row_scale_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     g = plan.graph
@@ -115,10 +107,6 @@ def exp_to_exp2_sites(plan: Plan) -> list[Site]:
         return []
     return [(i,) for i, n in enumerate(plan.graph.nodes) if n.op == "exp"]
 
-
-def exp_to_exp2(plan: Plan, site: Site) -> Plan:
-    """The initial plan of :func:`exp_to_exp2_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
-    return initial_plan(exp_to_exp2_rewrite(plan, site)[0])
 
 
 def exp_to_exp2_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
@@ -177,10 +165,6 @@ def distribute_matmul_sites(plan: Plan) -> list[Site]:
 def distribute_bias_sites(plan: Plan) -> list[Site]:
     return _offset_sites(plan, along=True)
 
-
-def distribute_matmul(plan: Plan, site: Site) -> Plan:
-    """The initial plan of :func:`distribute_matmul_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
-    return initial_plan(distribute_matmul_rewrite(plan, site)[0])
 
 
 def distribute_matmul_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
@@ -244,10 +228,6 @@ def commute_row_scale_sites(plan: Plan) -> list[Site]:
     return out
 
 
-def commute_row_scale(plan: Plan, site: Site) -> Plan:
-    """The initial plan of :func:`commute_row_scale_rewrite`'s graph (Lean: ``Rule.applyFn``)."""
-    return initial_plan(commute_row_scale_rewrite(plan, site)[0])
-
 
 def commute_row_scale_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:
     """``(X ⋆ s) · c → (X · c) ⋆ s`` at a matmul operand, so that ``factor_row_scale`` can take
@@ -295,11 +275,6 @@ def move_contracted_scale_sites(plan: Plan) -> list[Site]:
             out += [(i, idx) for idx in (0, 1) if contracted_scale_parts(g, i, idx) is not None]
     return out
 
-
-def move_contracted_scale(plan: Plan, site: Site) -> Plan:
-    """The initial plan of :func:`move_contracted_scale_rewrite`'s graph (Lean:
-    ``Rule.applyFn``)."""
-    return initial_plan(move_contracted_scale_rewrite(plan, site)[0])
 
 
 def move_contracted_scale_rewrite(plan: Plan, site: Site) -> tuple[Graph, RewriteWitness]:

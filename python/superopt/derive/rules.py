@@ -66,24 +66,23 @@ must not import the lowering (a rule is a fact about programs, not about kernels
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DerivationError
 from ..ir.dag import Graph
-from .algebra import (commute_row_scale, commute_row_scale_rewrite, commute_row_scale_sites,
-                      distribute_bias_sites, distribute_matmul, distribute_matmul_rewrite,
-                      distribute_matmul_sites, exp_to_exp2, exp_to_exp2_rewrite,
-                      exp_to_exp2_sites, factor_row_scale, factor_row_scale_rewrite,
-                      factor_row_scale_sites, move_contracted_scale,
+from .algebra import (commute_row_scale_rewrite, commute_row_scale_sites, distribute_bias_sites,
+                      distribute_matmul_rewrite, distribute_matmul_sites, exp_to_exp2_rewrite,
+                      exp_to_exp2_sites, factor_row_scale_rewrite, factor_row_scale_sites,
                       move_contracted_scale_rewrite, move_contracted_scale_sites,
-                      stabilize_softmax, stabilize_softmax_rewrite, stabilize_softmax_sites)
+                      stabilize_softmax_rewrite, stabilize_softmax_sites)
 from .fusion import (fuse_elementwise, fuse_elementwise_sites, fuse_epilogue, fuse_epilogue_sites,
                      fuse_gemm_chain, fuse_gemm_chain_sites, fuse_prologue, fuse_prologue_sites,
                      fuse_rows, fuse_rows_sites, share_operand_load, share_operand_load_sites,
                      split_kernel, split_kernel_sites)
 from .online import online_softmax, online_softmax_sites
-from .plan import Plan
+from .plan import Plan, initial_plan
 from .rewrite import RewriteWitness
 from .schedule import (stream_reduction, stream_reduction_sites, tile_parallel,
                        tile_parallel_sites)
@@ -117,25 +116,34 @@ class Rule:
         return self.apply_fn(plan, site)
 
 
+def _initial_plan_of(rewrite_w: Callable[[Plan, Site], tuple[Graph, RewriteWitness]],
+                     plan: Plan, site: Site) -> Plan:
+    """An algebraic rule's plan: the initial plan of its rewritten graph (Lean:
+    ``Rule.applyFn``)."""
+    return initial_plan(rewrite_w(plan, site)[0])
+
+
+def _algebraic(rule_id: str, sites: Callable[[Plan], list[Site]],
+               rewrite_w: Callable[[Plan, Site], tuple[Graph, RewriteWitness]],
+               enabling: bool = False) -> Rule:
+    """An algebraic rule from its sites and its witnessed rewrite; its theorem is
+    ``Superopt.<id>_sound``."""
+    return Rule(rule_id, f"Superopt.{rule_id}_sound", sites,
+                functools.partial(_initial_plan_of, rewrite_w), True, enabling=enabling,
+                rewrite_w=rewrite_w)
+
+
 RULES: dict[str, Rule] = {r.id: r for r in (
-    Rule("stabilize_softmax", "Superopt.stabilize_softmax_sound",
-         stabilize_softmax_sites, stabilize_softmax, True,
-         rewrite_w=stabilize_softmax_rewrite),
-    Rule("factor_row_scale", "Superopt.factor_row_scale_sound",
-         factor_row_scale_sites, factor_row_scale, True, rewrite_w=factor_row_scale_rewrite),
-    Rule("exp_to_exp2", "Superopt.exp_to_exp2_sound", exp_to_exp2_sites, exp_to_exp2, True,
-         rewrite_w=exp_to_exp2_rewrite),
-    Rule("distribute_matmul", "Superopt.distribute_matmul_sound",
-         distribute_matmul_sites, distribute_matmul, True, rewrite_w=distribute_matmul_rewrite),
-    Rule("distribute_bias", "Superopt.distribute_bias_sound",
-         distribute_bias_sites, distribute_matmul, True, enabling=True,
-         rewrite_w=distribute_matmul_rewrite),
-    Rule("commute_row_scale", "Superopt.commute_row_scale_sound",
-         commute_row_scale_sites, commute_row_scale, True, enabling=True,
-         rewrite_w=commute_row_scale_rewrite),
-    Rule("move_contracted_scale", "Superopt.move_contracted_scale_sound",
-         move_contracted_scale_sites, move_contracted_scale, True, enabling=True,
-         rewrite_w=move_contracted_scale_rewrite),
+    _algebraic("stabilize_softmax", stabilize_softmax_sites, stabilize_softmax_rewrite),
+    _algebraic("factor_row_scale", factor_row_scale_sites, factor_row_scale_rewrite),
+    _algebraic("exp_to_exp2", exp_to_exp2_sites, exp_to_exp2_rewrite),
+    _algebraic("distribute_matmul", distribute_matmul_sites, distribute_matmul_rewrite),
+    _algebraic("distribute_bias", distribute_bias_sites, distribute_matmul_rewrite,
+               enabling=True),
+    _algebraic("commute_row_scale", commute_row_scale_sites, commute_row_scale_rewrite,
+               enabling=True),
+    _algebraic("move_contracted_scale", move_contracted_scale_sites,
+               move_contracted_scale_rewrite, enabling=True),
     Rule("online_softmax", "Superopt.online_softmax_sound",
          online_softmax_sites, online_softmax, False),
     Rule("share_operand_load", "Superopt.share_operand_load_sound",
