@@ -405,7 +405,9 @@ def cmd_run(args, logs: RunLog) -> int:
         _open_log(logs, out, g)
         record = search.dry_run(g, dtype=dt, budget=args.budget, command=command,
                                 progress=_progress(args), **caps)
-        status = 0 if all(c.status == "lowered" for c in record.candidates) else 1
+        # (no candidate at all, e.g. no lowerable plan, is a failure too: the notes say why)
+        status = 0 if record.candidates and all(c.status == "lowered"
+                                                for c in record.candidates) else 1
     else:
         record, out = _timed(args, g, dt, engine, command, caps, logs)
         status = 0 if record.top1 is not None else 1

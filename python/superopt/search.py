@@ -113,10 +113,14 @@ class Plans:
     failures: list[PlanFailure] = field(default_factory=list)
     #: ``derived`` is the graph's whole plan space (enumerated here, no cap hit), not a subset
     complete: bool = False
+    #: why plans did not lower (no family expresses them): the first plan of each distinct
+    #: reason, a few of them; the notes show them only when no plan is lowerable
+    unlowerable: list[PlanFailure] = field(default_factory=list)
 
     def notes(self, limit: int = 5) -> list[str]:
         """The record's notes of this stage: the cap, then one line per distinct failure
-        (the first ``limit`` of them): how many plans or candidates, of which derivations."""
+        (the first ``limit`` of them): how many plans or candidates, of which derivations;
+        and, when no plan is lowerable, one line saying why (:attr:`unlowerable`)."""
         out = [self.capped] if self.capped else []
         groups: dict[tuple, list[PlanFailure]] = {}
         for f in self.failures:
@@ -128,7 +132,15 @@ class Plans:
                        f"left out: {kind}: {text}")
         if len(groups) > limit:
             out.append(f"planning: {len(groups) - limit} more distinct failure(s) not shown")
+        if self.derived and not self.matched:
+            why = "; ".join(f.describe() for f in self.unlowerable)
+            out.append(f"planning: no plan is lowerable (of {len(self.derived)} derivations)"
+                       + (f": {why}" if why else ""))
         return out
+
+
+#: Distinct reasons why plans did not lower that a search with no lowerable plan reports.
+_UNLOWERABLE_SHOWN = 3
 
 
 def _configs_best_first(m: PlanMatch, first: int):
@@ -193,6 +205,7 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
             capped = (f"the enumerator stopped at --max-depth {max_depth}: rules still applied "
                       "to plans at that depth, so deeper plans were not searched")
     failures: list[PlanFailure] = []
+    unlowerable: list[PlanFailure] = []
     matched: list[tuple[Derived, PlanMatch]] = []
     scored = []
     matching = prog.phase("match plans", len(derived))
@@ -201,8 +214,11 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
         matching.advance(info=f"{len(matched)} lowerable")
         try:
             m = match_plan(d.plan, dtype)
-        except LoweringError:
-            continue  # no family expresses this plan: not lowerable, not a failure
+        except LoweringError as e:  # no family expresses this plan: not lowerable, not a
+            if len(unlowerable) < _UNLOWERABLE_SHOWN and all(  # failure
+                    str(f.error) != str(e) for f in unlowerable):
+                unlowerable.append(PlanFailure(d.derivation.id, None, e))
+            continue
         except Exception as e:  # noqa: BLE001 - a matcher's failure is this plan's only
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
@@ -255,7 +271,8 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
     writing.total = len(out)  # fewer than the budget when the plans run out of configurations
     writing.close()
-    return Plans(derived, matched, out, capped, failures, complete=enumerated and not capped)
+    return Plans(derived, matched, out, capped, failures, complete=enumerated and not capped,
+                 unlowerable=unlowerable)
 
 
 # -- the main job -----------------------------------------------------------------------------

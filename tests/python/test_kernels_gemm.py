@@ -763,6 +763,37 @@ def test_epilogue_refuses_other_vectors():
     assert e.value.path == "kernels[0]"
 
 
+def _many_columns_plan(chain: bool, cols: int = 240):
+    """One GEMM (or GEMM chain) kernel whose epilogue adds ``cols`` column vectors: each
+    vector's shared buffer is 1 KiB-aligned, so no configuration fits shared memory."""
+    def body(b):
+        x, w = b.input("X", ["m", "d"]), b.input("W", ["d", "f"])
+        y = b.matmul(x, w, "d", "d")
+        if chain:
+            y = b.matmul(b.gelu(y), b.input("W2", ["f", "n"]), "f", "f")
+        for i in range(cols):
+            y = b.add(y, b.input(f"b{i}", ["n" if chain else "f"]))
+        return y
+    g, plan = _graph_plan("cols", [("m", 256), ("d", 64), ("f", 64), ("n", 64)], body, [])
+    return g, Plan(g, (Kernel(tuple(n for n, nd in enumerate(g.nodes) if nd.op != "input"),
+                              ("m", "n" if chain else "f"), "d"),))
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_a_gemm_without_any_configuration_is_not_lowerable(chain):
+    """A plan whose GEMM kernel has no configuration at all (here: 240 column vectors, each a
+    1 KiB-aligned shared buffer) is not lowerable: matching raises a LoweringError naming
+    shared memory, so ``superopt derive`` and the search never count it as a plan they could
+    run. Before, it matched, counted as lowerable, and its configuration space was empty."""
+    g, plan = _many_columns_plan(chain)
+    with pytest.raises(LoweringError, match=r"no configuration fits.*shared memory") as e:
+        match_plan(plan)
+    assert e.value.path == "kernels[0]"
+    g, plan = _many_columns_plan(chain, cols=3)  # a few columns: matched, configurations
+    kl = match_plan(plan).kernels[0]
+    assert len(kl.spec.col_inputs) == 3 and FAMILIES["gemm"].config_space(kl.spec)
+
+
 # =========================================================================================
 # GEMM: elementwise prologues on A (issue 15)
 # =========================================================================================

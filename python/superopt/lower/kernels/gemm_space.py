@@ -24,7 +24,8 @@ from dataclasses import replace
 
 from ...dtypes import itemsize
 from ...errors import LoweringError
-from .gemm_chain_spec import GemmChainSpec, chain_config_space, chain_cost_clk
+from .gemm_chain_spec import (GemmChainSpec, chain_config_space, chain_cost_clk,
+                              check_chain_config)
 from .gemm_spec import NUM_SMS, GemmConfig, GemmSpec, check_config, check_spec
 from .tiling import ceil_div
 
@@ -174,6 +175,55 @@ def _cost_shape(spec: GemmSpec) -> GemmSpec:
                    vector_dtypes=tuple((renamed[n], d) for n, d in spec.vector_dtypes))
 
 
+def _chain_cost_shape(spec: GemmChainSpec) -> GemmChainSpec:
+    """A chain's :func:`_cost_shape`: names and expressions made canonical."""
+    renamed: dict[str, str] = {}
+
+    def names(group: tuple[str, ...], prefix: str) -> tuple[str, ...]:
+        out = tuple(f"{prefix}{i}" for i in range(len(group)))
+        renamed.update(zip(group, out))
+        return out
+
+    return replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}",
+                   row_inputs=names(spec.row_inputs, "r"), f_inputs=names(spec.f_inputs, "f"),
+                   col_inputs=names(spec.col_inputs, "c"),
+                   vector_dtypes=tuple((renamed[n], d) for n, d in spec.vector_dtypes))
+
+
+@functools.lru_cache(maxsize=4096)
+def no_config_reason(spec: GemmSpec | GemmChainSpec) -> str | None:
+    """Why ``spec`` has no configuration at all (what its smallest tile, 64×64×64 with two
+    stages and one warpgroup, fails), or ``None`` when it has one. Which configurations fit
+    does not depend on names or expressions, so the answer is cached by the canonical spec.
+
+    Raises:
+        LoweringError: an invalid spec.
+    """
+    if isinstance(spec, GemmChainSpec):
+        return _no_config_reason(_chain_cost_shape(spec))
+    return _no_config_reason(_cost_shape(spec))
+
+
+@functools.lru_cache(maxsize=4096)
+def _no_config_reason(spec: GemmSpec | GemmChainSpec) -> str | None:
+    if isinstance(spec, GemmChainSpec):
+        if chain_config_space(spec, limit=1):
+            return None
+    else:
+        check_spec(spec)
+        if next(_valid_configs(spec), None) is not None:
+            return None
+    smallest = GemmConfig(64, 64, 64, 2, 128)
+    try:
+        if isinstance(spec, GemmChainSpec):
+            check_chain_config(spec, replace(smallest, block_h=64 if spec.f > 64 else 0))
+        else:
+            check_config(spec, smallest)
+    except LoweringError as e:
+        return f"the smallest tile 64x64x64, 2 stages: {e.message}"
+    return "every configuration is refused"
+
+
 @functools.lru_cache(maxsize=4096)
 def _gemm_rate(spec: GemmSpec) -> float:
     kept = set(spec.row_inputs) | set(spec.col_inputs)
@@ -214,6 +264,21 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
     if isinstance(spec, GemmChainSpec):
         return chain_config_space(spec, limit)
     check_spec(spec)
+    cands = dict.fromkeys(_valid_configs(spec))
+
+    def key(c: GemmConfig) -> tuple:
+        # (at equal cost, C in its own tile first: its epilogue is the measured one)
+        return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
+                -c.cluster_m, -c.swizzle_panel, c.c_alias, -c.stages, c.block_m * c.block_n,
+                c.block_k, c.threads, c.block_m, c.block_n, c.persistent)
+
+    ordered = sorted(cands, key=key)
+    return ordered if limit is None else ordered[:limit]
+
+
+def _valid_configs(spec: GemmSpec):
+    """The configurations of :func:`gemm_config_space` that :func:`~.gemm_spec.check_config`
+    accepts, unordered (a generator: :func:`no_config_reason` stops at the first)."""
     m_cap = max(64, 1 << (spec.m - 1).bit_length())
     n_cap = max(64, 1 << (spec.n - 1).bit_length())
     modes = ("concat", "split") if spec.dual else ("concat",)
@@ -223,7 +288,6 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
               for bn in _BLOCK_N_CHOICES if bn <= 2 * n_cap
               for bk in _BLOCK_K_CHOICES
               for stages in _STAGE_CHOICES]
-    cands: dict[GemmConfig, None] = {}
     for threads, bm, bn, bk, stages in shapes:
         tiles = ceil_div(spec.m, bm) * ceil_div(spec.n, bn) * spec.batch
         # Raster order and persistence only matter when the tiles take several waves.
@@ -247,15 +311,6 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
                         check_config(spec, alias)
                     except LoweringError:
                         continue
-                    cands[alias] = None
+                    yield alias
                 continue
-            cands[cfg] = None
-
-    def key(c: GemmConfig) -> tuple:
-        # (at equal cost, C in its own tile first: its epilogue is the measured one)
-        return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
-                -c.cluster_m, -c.swizzle_panel, c.c_alias, -c.stages, c.block_m * c.block_n,
-                c.block_k, c.threads, c.block_m, c.block_n, c.persistent)
-
-    ordered = sorted(cands, key=key)
-    return ordered if limit is None else ordered[:limit]
+            yield cfg

@@ -26,6 +26,7 @@ from ...ir.dag import Graph, NodeId
 from ..expr import render
 from ..lowering import KernelLowering, axes_prod, single_output, storage_dtype, tensor_name
 from ..kernels.gemm_chain_spec import GemmChainSpec, check_chain_spec
+from ..kernels.gemm_space import no_config_reason
 from ..kernels.gemm_spec import GemmSpec, check_spec
 
 
@@ -116,6 +117,13 @@ def chain_matmuls(plan: Plan, k: int, mms: list[NodeId]) -> tuple[NodeId, NodeId
         if plan.owner(a2) == k and first in _kernel_ancestors(plan, k, a2):
             return first, second
     return None
+
+
+def _check_some_config(spec: GemmSpec | GemmChainSpec) -> None:
+    """A kernel no configuration fits is not lowerable (its plan must not count as one)."""
+    why = no_config_reason(spec)
+    if why is not None:
+        raise LoweringError(f"no configuration fits this GEMM ({why})")
 
 
 def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
@@ -236,6 +244,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                         prologue=prologue, vector_dtypes=vector_dtypes)
         if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
             check_spec(spec)
+            _check_some_config(spec)
     except LoweringError as e:
         raise LoweringError(e.message, path=f"kernels[{k}]") from None
     b_view = (spec.b_batches, kk, n) if layout == "kn" else (spec.b_batches, n, kk)
@@ -349,6 +358,7 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
             dtype=dtype, out_dtype=storage_dtype(plan, out, dtype), name=f"k{k}_gemm")
         if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
             check_chain_spec(spec)
+            _check_some_config(spec)
     except LoweringError as e:
         raise LoweringError(e.message, path=where) from None
     v1 = (spec.b_batches(1), kk, f) if l1 == "kn" else (spec.b_batches(1), f, kk)
