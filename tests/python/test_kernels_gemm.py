@@ -431,6 +431,24 @@ def test_one_row_operands_over_an_odd_k_are_refused(tmp_path, monkeypatch, spec)
         lower(tmp_path, gemm_source(spec, bad), spec.name)
 
 
+def test_a_chain_of_one_row_over_an_odd_k_is_refused(tmp_path, monkeypatch):
+    """The chain's first product has the same TileLang pitfall: one token (batch = m = 1)
+    through a chain over d = 777 with B1's rows not 16-byte aligned (f = 300)."""
+    import superopt.lower.kernels.gemm_chain as chain_module
+    from superopt.lower.kernels.gemm_chain_spec import check_chain_config
+
+    spec = GemmChainSpec(1, 1, 777, 300, 8)
+    bad = GemmConfig(64, 64, 64, 2, 128, block_h=64)
+    with pytest.raises(LoweringError, match="one-row operand"):
+        check_chain_config(spec, bad)
+    assert gemm_config_space(spec) == []
+    check_chain_config(replace(spec, k=778), bad)
+    lower(tmp_path, gemm_source(replace(spec, k=778), bad), spec.name)
+    monkeypatch.setattr(chain_module, "check_chain_config", lambda spec, cfg: None)
+    with pytest.raises(Exception, match="IsValidCPAsyncTransferBytes"):
+        lower(tmp_path, gemm_source(spec, bad), spec.name)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(m=0), "sizes"), (dict(k=-1), "sizes"), (dict(batch=0), "sizes"),
     (dict(b_layout="mk"), "b_layout"), (dict(dtype="float32"), "dtype"),
