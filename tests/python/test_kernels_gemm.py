@@ -404,6 +404,51 @@ def test_check_config_rejects_dual_concat_shapes():
     check_config(SWIGLU, GemmConfig(128, 96, 64, 3, 256, dual_mode="split"))
 
 
+@pytest.mark.parametrize("spec", [
+    GemmSpec(1, 1, 1, 777, "kn"),                       # [777] @ [777, 1]: a one-row A
+    GemmSpec(1, 1, 3, 129, "nk", dtype="bfloat16"),     # and its B untouched by TMA
+    GemmSpec(1, 2, 1, 257, "nk"),                       # a one-row B ([1, k], "nk")
+    GemmSpec(1, 1, 1, 257, "kn", a_inputs=(("x", "float16"),), prologue="{x} * 2.0"),
+])
+def test_one_row_operands_over_an_odd_k_are_refused(tmp_path, monkeypatch, spec):
+    """TileLang 0.1.15 lowers the copy of a one-row operand tile (A with batch = m = 1 and B
+    not loaded by TMA, or an "nk" B of one row) over an odd 16-bit k, cut into several K
+    steps, to 2-byte cp.async copies, and refuses them (``IsValidCPAsyncTransferBytes``):
+    every configuration of a ``[777] @ [777, 1]`` failed to lower (found adversarially; the
+    rule matched 320 random CPU lowerings of plain, prologue, sum-of-squares, dual and
+    column-vector GEMMs exactly). check_config refuses them; one K step still lowers."""
+    import superopt.lower.kernels.gemm as gemm_module
+
+    bad = GemmConfig(64, 64, 64, 2, 128)
+    with pytest.raises(LoweringError, match="one-row operand"):
+        check_config(spec, bad)
+    assert all(c.block_k >= spec.k for c in gemm_config_space(spec, limit=None))
+    fine = replace(spec, k=spec.k + 1)  # an even k lowers with the same tile
+    check_config(fine, bad)
+    lower(tmp_path, gemm_source(fine, bad), fine.name)
+    monkeypatch.setattr(gemm_module, "check_config", lambda spec, cfg: None)
+    with pytest.raises(Exception, match="IsValidCPAsyncTransferBytes"):
+        lower(tmp_path, gemm_source(spec, bad), spec.name)
+
+
+def test_a_chain_of_one_row_over_an_odd_k_is_refused(tmp_path, monkeypatch):
+    """The chain's first product has the same TileLang pitfall: one token (batch = m = 1)
+    through a chain over d = 777 with B1's rows not 16-byte aligned (f = 300)."""
+    import superopt.lower.kernels.gemm_chain as chain_module
+    from superopt.lower.kernels.gemm_chain_spec import check_chain_config
+
+    spec = GemmChainSpec(1, 1, 777, 300, 8)
+    bad = GemmConfig(64, 64, 64, 2, 128, block_h=64)
+    with pytest.raises(LoweringError, match="one-row operand"):
+        check_chain_config(spec, bad)
+    assert gemm_config_space(spec) == []
+    check_chain_config(replace(spec, k=778), bad)
+    lower(tmp_path, gemm_source(replace(spec, k=778), bad), spec.name)
+    monkeypatch.setattr(chain_module, "check_chain_config", lambda spec, cfg: None)
+    with pytest.raises(Exception, match="IsValidCPAsyncTransferBytes"):
+        lower(tmp_path, gemm_source(spec, bad), spec.name)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(m=0), "sizes"), (dict(k=-1), "sizes"), (dict(batch=0), "sizes"),
     (dict(b_layout="mk"), "b_layout"), (dict(dtype="float32"), "dtype"),

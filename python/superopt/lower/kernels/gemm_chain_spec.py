@@ -250,6 +250,13 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
     if not 1 <= cfg.col_tiles <= n_blocks:
         raise LoweringError(f"col_tiles must be in [1, {n_blocks}] (the column tiles), got "
                             f"{cfg.col_tiles}")
+    if _one_row_odd_k(spec, cfg):
+        # as a single GEMM's (gemm_spec._one_row_odd_k): TileLang 0.1.15 lowers the copy to
+        # 2-byte cp.async copies and refuses them; matched 130 random CPU lowerings exactly
+        raise LoweringError(f"a one-row operand (A with batch = m = 1 and B1 not loaded by "
+                            f"TMA, or an 'nk' B1 with f = 1) over an odd k = {spec.k} in "
+                            f"several K steps does not lower in TileLang 0.1.15 (2-byte "
+                            f"cp.async): needs block_k >= k, got {cfg.block_k}")
     regs = chain_accum_registers(spec, cfg)
     limit = min(ACCUM_REGS_LIMIT, 65536 // (cfg.threads + 128) // 8 * 8 - _NON_ACCUM_REGS)
     if regs > limit:
@@ -259,6 +266,18 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
     smem = chain_smem_bytes(spec, cfg)
     if smem > SMEM_LIMIT_BYTES:
         raise LoweringError(f"{smem} bytes of shared memory > {SMEM_LIMIT_BYTES}")
+
+
+def _one_row_odd_k(spec: GemmChainSpec, cfg: GemmConfig) -> bool:
+    """Whether ``cfg`` cuts into K steps a one-row tile of the first product whose row has an
+    odd number of 2-byte elements: A when batch = m = 1 and B1's rows are not 16-byte
+    aligned (no TMA), or an "nk" B1 with one batch and f = 1."""
+    ib = itemsize(spec.dtype)
+    if spec.k <= cfg.block_k or (spec.k * ib) % 4 == 0:
+        return False
+    b1_tma = ((spec.f if spec.b1_layout == "kn" else spec.k) * ib) % 16 == 0
+    return ((spec.batch == 1 and spec.m == 1 and not b1_tma) or
+            (spec.b_batches(1) == 1 and spec.b1_layout == "nk" and spec.f == 1))
 
 
 def chain_cost_clk(spec: GemmChainSpec, cfg: GemmConfig, num_sms: int = NUM_SMS) -> float:

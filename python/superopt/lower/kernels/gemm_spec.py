@@ -340,8 +340,8 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             (wrong results on sm_90, tile-ai/tilelang#2593), shared memory over
             :data:`SMEM_LIMIT_BYTES`, accumulators over ``min(ACCUM_REGS_LIMIT,
             gemm_register_cap(spec, cfg) - 32)`` registers per consumer thread, or a
-            combination of options that TileLang 0.1.15 miscompiles (see the comments); a
-            field of the wrong type.
+            combination of options that TileLang 0.1.15 miscompiles or cannot lower (see
+            the comments; :func:`_one_row_odd_k`); a field of the wrong type.
     """
     check_config_fields(cfg)
     if cfg.col_tiles != 1 or cfg.block_h != 0:
@@ -437,6 +437,15 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
         raise LoweringError(f"full_row needs block_m % {64 * wgs} == 0, got {cfg.block_m}")
     if cfg.policy == "full_col" and (cfg.block_m % 64 or cfg.block_n % (16 * wgs)):
         raise LoweringError(f"full_col needs block_n % {16 * wgs} == 0, got {cfg.block_n}")
+    if _one_row_odd_k(spec, cfg):
+        # TileLang 0.1.15 lowers the copy of such a tile to 2-byte cp.async copies and then
+        # refuses them ("IsValidCPAsyncTransferBytes"): every configuration of [777] @
+        # [777, 1] failed. Matched 320 random CPU lowerings (plain, prologue, sum of
+        # squares, dual, column vectors; batch, b_batch, layouts, dtypes) exactly.
+        raise LoweringError(f"a one-row operand (A with batch = m = 1, or an 'nk' B with n = 1) "
+                            f"over an odd k = {spec.k} in several K steps does not lower in "
+                            f"TileLang 0.1.15 (2-byte cp.async): needs block_k >= k, got "
+                            f"{cfg.block_k}")
     regs = gemm_accum_registers(spec, cfg)
     limit = min(ACCUM_REGS_LIMIT, gemm_register_cap(spec, cfg) - _NON_ACCUM_REGS)
     if cfg.persistent and spec.dual and cfg.dual_mode == "concat":
@@ -450,6 +459,21 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
     smem = gemm_smem_bytes(spec, cfg)
     if smem > SMEM_LIMIT_BYTES:
         raise LoweringError(f"{smem} bytes of shared memory > {SMEM_LIMIT_BYTES}")
+
+
+def _one_row_odd_k(spec: GemmSpec, cfg: GemmConfig) -> bool:
+    """Whether ``cfg`` cuts into K steps a one-row operand tile whose row has an odd number
+    of 2-byte elements: A when batch = m = 1 and B is not loaded by TMA (an A input's own
+    dtype counts), or an "nk" B with one batch and n = 1. Not with k inputs (measured)."""
+    if spec.k_inputs or spec.k <= cfg.block_k:
+        return False
+    b_tma = gemm_tma_operands(spec)[1]
+    a_dtypes = [d for _, d in spec.a_inputs] or [spec.dtype]
+    one_row_a = (spec.batch == 1 and spec.m == 1 and not b_tma and
+                 any((spec.k * itemsize(d)) % 4 for d in a_dtypes))
+    one_row_b = (spec.b_batches == 1 and spec.b_layout == "nk" and spec.n == 1 and
+                 (spec.k * itemsize(spec.dtype)) % 4 != 0)
+    return one_row_a or one_row_b
 
 
 def gemm_tma_operands(spec: GemmSpec) -> tuple[bool, bool]:
