@@ -131,9 +131,7 @@ def gemm_rate(spec: GemmSpec | GemmChainSpec) -> float:
     An invalid spec or one without configurations gives 1.0 (the matcher reports those).
     """
     if isinstance(spec, GemmChainSpec):
-        return _chain_rate(replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}",
-                                   row_inputs=(), f_inputs=(), col_inputs=(),
-                                   vector_dtypes=()))
+        return _chain_rate(_chain_cost_shape(spec))
     if not (spec.a_inputs or spec.a_row_sumsq):
         return 1.0
     return _gemm_rate(_cost_shape(spec))
@@ -158,36 +156,34 @@ def _chain_rate(spec: GemmChainSpec) -> float:
     return min(1.0, plain / gemm_cost_clk(spec, best[0][0]))
 
 
+def _canonical_inputs(spec, prefixes: dict[str, str]) -> dict:
+    """``replace()`` keywords that rename each input group of ``spec`` positionally (field
+    → prefix: ``row_inputs`` → ``r0, r1, ...``) and its ``vector_dtypes`` to match."""
+    renamed: dict[str, str] = {}
+    changes: dict = {}
+    for field, prefix in prefixes.items():
+        group = getattr(spec, field)
+        changes[field] = tuple(f"{prefix}{i}" for i in range(len(group)))
+        renamed.update(zip(group, changes[field]))
+    changes["vector_dtypes"] = tuple((renamed[n], d) for n, d in spec.vector_dtypes)
+    return changes
+
+
 def _cost_shape(spec: GemmSpec) -> GemmSpec:
     """``spec`` with what the cost model and the configuration checks ignore made canonical
     (names, expressions): plans that differ only there share one :func:`_gemm_rate` entry."""
-    renamed: dict[str, str] = {}
-
-    def names(group: tuple[str, ...], prefix: str) -> tuple[str, ...]:
-        out = tuple(f"{prefix}{i}" for i in range(len(group)))
-        renamed.update(zip(group, out))
-        return out
-
     a_inputs = tuple((f"a{i}", d) for i, (_, d) in enumerate(spec.a_inputs))
-    return replace(spec, name="gemm", epilogue="{acc}", row_inputs=names(spec.row_inputs, "r"),
-                   col_inputs=names(spec.col_inputs, "c"), k_inputs=names(spec.k_inputs, "k"),
-                   a_inputs=a_inputs, prologue="{a0}" if a_inputs else "",
-                   vector_dtypes=tuple((renamed[n], d) for n, d in spec.vector_dtypes))
+    return replace(spec, name="gemm", epilogue="{acc}", a_inputs=a_inputs,
+                   prologue="{a0}" if a_inputs else "",
+                   **_canonical_inputs(spec, {"row_inputs": "r", "col_inputs": "c",
+                                              "k_inputs": "k"}))
 
 
 def _chain_cost_shape(spec: GemmChainSpec) -> GemmChainSpec:
     """A chain's :func:`_cost_shape`: names and expressions made canonical."""
-    renamed: dict[str, str] = {}
-
-    def names(group: tuple[str, ...], prefix: str) -> tuple[str, ...]:
-        out = tuple(f"{prefix}{i}" for i in range(len(group)))
-        renamed.update(zip(group, out))
-        return out
-
     return replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}",
-                   row_inputs=names(spec.row_inputs, "r"), f_inputs=names(spec.f_inputs, "f"),
-                   col_inputs=names(spec.col_inputs, "c"),
-                   vector_dtypes=tuple((renamed[n], d) for n, d in spec.vector_dtypes))
+                   **_canonical_inputs(spec, {"row_inputs": "r", "f_inputs": "f",
+                                              "col_inputs": "c"}))
 
 
 @functools.lru_cache(maxsize=4096)
