@@ -615,6 +615,11 @@ def test_rowfused_spec_errors(spec, match):
     (RowFusedConfig(2, 3072, 256), "power of two"),
     (RowFusedConfig(1, 16384, 128), "elements per thread"),
     (RowFusedConfig(32, 1024, 128), "registers"),  # streamed, online: 4 x 256 fp32 a thread
+    (RowFusedConfig(1, 1024, 256, 256), "resident"),  # chunks of a streamed tile
+    (RowFusedConfig(1, 4096, 256, 384), "power of two"),
+    (RowFusedConfig(1, 4096, 256, 8192), "divides"),
+    (RowFusedConfig(1, 4096, 512, 256), "multiple of 512 threads"),
+    (RowFusedConfig(1, 4096, 256, -256), "power of two"),
 ])
 def test_rowfused_config_errors(cfg, match):
     with pytest.raises(LoweringError, match=match):
@@ -684,6 +689,34 @@ def test_resident_softmax_reads_each_row_once(rows, cols, tmp_path):
             assert "uint4" in cuda  # 16-byte loads and stores
         if cols % cfg.block_cols:  # padded columns are guarded (TileLang scales the bound)
             assert f"j < {cols}" in rowfused_source(spec, cfg) and "condval" in cuda
+
+
+def test_short_rows_get_a_warp_each(tmp_path):
+    """LayerNorm at width 768 (GPT-2, ViT): the first configuration gives each row one warp
+    (chunks of 256 columns, chunk axis outermost), so both reductions are warp shuffles
+    with no barrier and no shared memory, every lane busy (768 = 3 x 32 x 8), 16-byte
+    accesses; the unchunked tile of 1024 columns left a quarter of its threads idle and
+    reduced across four warps through shared memory."""
+    spec = layernorm_spec(8192, 768)
+    cfg = rowfused_config_space(spec)[0]
+    assert cfg.row_chunk == 256 and cfg.threads == 32 * cfg.block_rows, cfg
+    assert cfg.block_cols == 768 and rowfused_bytes(spec, cfg) == rowfused_min_bytes(spec)
+    src = rowfused_source(spec, cfg)
+    assert "for kc, i, j in T.Parallel(3, 8, 256):" in src and "if_then_else" not in src
+    cuda, launch = lower(tmp_path, src, spec.name)
+    assert launch["block"] == (256, 1, 1) and launch["grid"] == (1024, 1, 1)
+    assert cuda.count("AllReduce<tl::SumOp, 32, 1") == 2, cuda
+    assert "__syncthreads" not in cuda and "threadIdx.x) < " not in cuda
+    assert "uint4" in cuda
+    unchunked = RowFusedConfig(2, 1024, 128)
+    old = lower(tmp_path, rowfused_source(spec, unchunked), spec.name)[0]
+    assert "AllReduce<tl::SumOp, 128, 1" in old and "__syncthreads" in old
+    # a ragged row keeps its guard on the chunked column (and still lowers)
+    ragged = layernorm_spec(101, 700)
+    cfg = RowFusedConfig(8, 768, 256, 256)
+    src = rowfused_source(ragged, cfg)
+    assert "bx * 8 + i < 101 and (kc * 256 + j) < 700" in src
+    lower(tmp_path, src, ragged.name)
 
 
 def test_streamed_softmax_online_pair_two_passes(tmp_path):

@@ -51,8 +51,11 @@ class _Writer:
         self.s, self.c = s, c
         self.br, self.bc = c.block_rows, c.block_cols
         self.resident = is_resident(s, c)
+        # a chunked resident tile: fragments [chunks, block_rows, chunk], chunk axis outermost
+        self.chunk = c.row_chunk if self.resident else 0
         self.row = f"bx * {self.br} + i"
-        self.col = "j" if self.resident else f"ko * {self.bc} + j"
+        self.col = ("j" if not self.chunk else f"(kc * {self.chunk} + j)") if self.resident \
+            else f"ko * {self.bc} + j"
         self.ragged_rows = s.rows % self.br != 0
         self.ragged_cols = s.cols % self.bc != 0
         rowc = f"T.min({self.row}, {s.rows - 1})" if self.ragged_rows else self.row
@@ -67,7 +70,7 @@ class _Writer:
         self.elem_fields = dict(self.row_fields)
         for n, kind, _ in s.inputs:
             if kind == "full":
-                at = f"{n}_f[i, j]" if self.resident else f"{n}[{self.row}, {self.col}]"
+                at = f"{n}_f[{self._ij}]" if self.resident else f"{n}[{self.row}, {self.col}]"
                 self.elem_fields[n] = f'T.Cast("float32", {at})'
             elif kind == "col":
                 self.elem_fields[n] = f'T.Cast("float32", {n}[{colc}])'
@@ -125,14 +128,32 @@ class _Writer:
             e(f"return {s.name}")
         return e.text()
 
+    @property
+    def _ij(self) -> str:
+        """A fragment's index in the element loop."""
+        return "kc, i, j" if self.chunk else "i, j"
+
+    @property
+    def _tile(self) -> str:
+        return f"({self.bc // self.chunk}, {self.br}, {self.chunk})" if self.chunk else \
+            f"({self.br}, {self.bc})"
+
+    def _parallel(self) -> str:
+        """The element loop's header."""
+        if self.chunk:
+            return f"for kc, i, j in T.Parallel({self.bc // self.chunk}, {self.br}, {self.chunk}):"
+        return f"for i, j in T.Parallel({self.br}, {self.bc}):"
+
     def _allocate(self) -> None:
-        s, e, tile = self.s, self.e, f"({self.br}, {self.bc})"
+        s, e, tile = self.s, self.e, self._tile
         if self.resident and s.cols > 0:
             for n, kind, dt in s.inputs:
                 if kind == "full":
                     e(f'{n}_f = T.alloc_fragment({tile}, "{dt}")')
         if any(st.op != "row" for st in s.steps):
             e(f'acc = T.alloc_fragment({tile}, "float32")')
+            if self.chunk:  # the per-lane partials over the chunks
+                e(f'acc_r = T.alloc_fragment(({self.br}, {self.chunk}), "float32")')
         if self.pairs:
             for name in ("acc_m", "acc_v", "acc_n"):
                 e(f'{name} = T.alloc_fragment({tile}, "float32")')
@@ -142,17 +163,17 @@ class _Writer:
     def _load(self) -> None:
         s, e = self.s, self.e
         guard = " and ".join(([f"{self.row} < {s.rows}"] if self.ragged_rows else []) +
-                             ([f"j < {s.cols}"] if self.ragged_cols else []))
-        e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+                             ([f"{self.col} < {s.cols}"] if self.ragged_cols else []))
+        e(self._parallel())
         with e.indent():
             for n, kind, dt in s.inputs:
                 if kind != "full":
                     continue
+                at, frag = f"{n}[{self.row}, {self.col}]", f"{n}_f[{self._ij}]"
                 if guard:
-                    e(f'{n}_f[i, j] = T.if_then_else({guard}, {n}[{self.row}, j], '
-                      f'T.Cast("{dt}", 0))')
+                    e(f'{frag} = T.if_then_else({guard}, {at}, T.Cast("{dt}", 0))')
                 else:
-                    e(f"{n}_f[i, j] = {n}[{self.row}, j]")
+                    e(f"{frag} = {at}")
 
     def _chunks(self):
         """Open the loop over column chunks (streamed) and the element loop; returns the
@@ -161,7 +182,7 @@ class _Writer:
         if not self.resident:
             e(f"for ko in T.serial({ceil_div(self.s.cols, self.bc)}):")
             e.indent()
-        e(f"for i, j in T.Parallel({self.br}, {self.bc}):")
+        e(self._parallel())
         e.indent()
         return 1 if self.resident else 2
 
@@ -180,14 +201,18 @@ class _Writer:
             self._guarded(expr.format(**self.elem_fields), identity)
         if self.resident:
             levels = self._chunks()
-            e(f"acc[i, j] = {term}")
+            e(f"acc[{self._ij}] = {term}")
         else:
             e(f"T.fill(acc, {identity})")
             levels = self._chunks()
             e(f"acc[i, j] = acc[i, j] + {term}" if op == "sum" else
               f"acc[i, j] = T.max(acc[i, j], {term})")
         self._close(levels)
-        e(f"T.reduce_{op}(acc, {name}, dim=1)")
+        if self.chunk:  # over the chunks in each lane, then over the lanes of the row
+            e(f"T.reduce_{op}(acc, acc_r, dim=0)")
+            e(f"T.reduce_{op}(acc_r, {name}, dim=1)")
+        else:
+            e(f"T.reduce_{op}(acc, {name}, dim=1)")
 
     def _online(self, p: OnlinePair) -> None:
         """One streamed pass for ``max_c V`` and ``sum_c f(V - max)``: each lane keeps its

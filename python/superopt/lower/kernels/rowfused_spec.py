@@ -51,7 +51,7 @@ from .spec_checks import check_dtype
 from .tiling import ceil_div, round_up
 
 #: Names the generated kernel uses itself (beside :func:`.rowwise.check_name`'s).
-_OWN = {"acc", "acc_m", "acc_s", "acc_v", "acc_n"}
+_OWN = {"acc", "acc_m", "acc_s", "acc_v", "acc_n", "acc_r"}
 #: Elements per thread above which a resident row is not considered (fragment size).
 MAX_RESIDENT_ELEMENTS = 64
 #: Registers a thread needs beside its fragments (indices, addresses, reduction scratch):
@@ -131,11 +131,22 @@ class RowFusedConfig:
         block_cols: the row tile: ``>= cols`` keeps the whole row in registers (resident,
             one pass); less streams the row in chunks of this width.
         threads: threads per block (a multiple of 32, at most 1024).
+        row_chunk: resident only: the row tile is held as ``block_cols / row_chunk`` chunks
+            of ``row_chunk`` columns, the chunk axis outermost (fragments
+            ``[chunks, block_rows, row_chunk]``), so that the threads sharing a row are those
+            of one chunk: ``row_chunk = 8 * 32`` with ``threads = 32 * block_rows`` gives each
+            row one warp, whose reductions are warp shuffles with no barrier. 0: one chunk
+            (``[block_rows, block_cols]``, the threads of a row spread over the tile).
     """
 
     block_rows: int
     block_cols: int
     threads: int
+    row_chunk: int = 0
+
+
+#: Columns of a warp-per-row chunk: 32 lanes of 8 elements (one 16-byte fp16 access each).
+WARP_CHUNK = 8 * 32
 
 
 def is_resident(spec: RowFusedSpec, cfg: RowFusedConfig) -> bool:
@@ -156,6 +167,8 @@ def register_estimate(spec: RowFusedSpec, cfg: RowFusedConfig) -> int:
     if is_resident(spec, cfg):
         words = sum(_dtype(dt).itemsize for _, kind, dt in spec.inputs if kind == "full") / 4
         words += 1 if any(s.op != "row" for s in spec.steps) else 0
+        if cfg.row_chunk and any(s.op != "row" for s in spec.steps):
+            words += cfg.row_chunk / cfg.block_cols  # the chunk-reduced partials, acc_r
     else:
         words = 4 if spec.online else 1
     return math.ceil(e * words) + REGISTER_OVERHEAD
@@ -247,6 +260,18 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
     check_grid(rowfused_grid(spec, cfg), f"row-fused kernel {spec.name}")
     b = cfg.block_cols
+    if cfg.row_chunk:
+        ch = cfg.row_chunk
+        if ch < 1 or ch & (ch - 1) or b % ch:
+            raise LoweringError(f"row_chunk {ch} must be a power of two that divides "
+                                f"block_cols {b}")
+        if not is_resident(spec, cfg):
+            raise LoweringError(f"row_chunk {ch} needs a resident row tile (block_cols {b} "
+                                f">= cols {spec.cols})")
+        if (cfg.block_rows * ch) % cfg.threads:
+            raise LoweringError(f"a chunk of {cfg.block_rows}x{ch} is not a multiple of "
+                                f"{cfg.threads} threads")
+        b = ch  # the fragment's inner extent
     if cfg.block_rows > 1 and b & (b - 1):
         # TileLang 0.1.15 finds no fragment layout for several rows per block whose row tile
         # is not a power of two when fewer than a warp's threads share a row
@@ -323,7 +348,7 @@ def rowfused_cost(spec: RowFusedSpec, cfg: RowFusedConfig) -> tuple:
     width = c.block_cols if is_resident(s, c) else ceil_div(cols, c.block_cols) * c.block_cols
     waste = round(blocks * c.block_rows * width / (s.rows * cols), 1)
     return (traffic, -fill, waste, abs(elements_per_thread(c) - 16), c.threads != 256,
-            c.block_rows, c.block_cols)
+            c.block_rows, c.block_cols, c.row_chunk)
 
 
 def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[RowFusedConfig]:
@@ -331,8 +356,10 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[Ro
 
     Resident candidates (the whole row in registers) for threads 128–1024 and block rows
     1–64: ``block_cols`` is ``cols`` rounded up to 8 elements per lane of the threads that
-    share a row (to a power of two of those when a block holds several rows), kept when the registers fit (:func:`check_rowfused_config`) and, where
-    some tile pads the row at most 2x, only those. When no
+    share a row (to a power of two of those when a block holds several rows); and a warp per
+    row (``row_chunk`` :data:`WARP_CHUNK`, ``block_rows = threads / 32``, ``cols`` rounded
+    up to the chunk); each kept when the registers fit (:func:`check_rowfused_config`) and,
+    where some tile pads the row at most 2x, only those. When no
     resident tile fits (long rows: about 16384 fp16 elements for one input), streamed
     candidates: chunks of 512–4096 columns, 4–16 elements per thread. A kernel of an empty
     output (``rows = 0``) gets the space of one row (it is never launched).
@@ -353,6 +380,12 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[Ro
             lane = 8 * (threads // br)  # the columns one pass of the row's threads covers
             bc = round_up(cols, lane) if br == 1 else lane * _pow2(ceil_div(cols, lane))
             cfg = RowFusedConfig(br, bc, threads)
+            if _valid(probe, cfg):
+                cands.append(cfg)
+        # a warp per row: the row in chunks of 32 lanes x 8, reduced by shuffles alone
+        br = threads // 32
+        if br <= 2 * rows:
+            cfg = RowFusedConfig(br, round_up(cols, WARP_CHUNK), threads, WARP_CHUNK)
             if _valid(probe, cfg):
                 cands.append(cfg)
     # more padding than row: where a tile fits the row better, drop the wide ones

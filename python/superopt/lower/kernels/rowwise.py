@@ -49,7 +49,7 @@ from .row_launch import (COL_FIELD, ROW_FIELD, check_elements, check_grid, fold_
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div
 
-_RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "b", "i", "j", "ko"}
+_RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "b", "i", "j", "ko", "kc"}
 _OUT_N = re.compile(r"Out\d+$")
 
 
