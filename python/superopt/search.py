@@ -143,6 +143,33 @@ class Plans:
 _UNLOWERABLE_SHOWN = 3
 
 
+#: Plans estimated within this factor of the best one count as contenders: the estimate is a
+#: roofline model, so the best plan of each distinct kernel structure among them is measured.
+CONTENDER_FACTOR = 1.25
+
+
+def _leaders_first(ranked: list[tuple]) -> list[tuple]:
+    """``(estimate, derivation, match)`` in estimate order → the same with, first, the best
+    plan of each distinct kernel structure (its families, in order) estimated within
+    :data:`CONTENDER_FACTOR` of the best, then the rest in estimate order. The best plan
+    stays first (and keeps the largest share of the budget); a structure the model prices
+    a few per cent worse (e.g. one GEMM that also sums A's squares against a row reduction
+    then a GEMM) still gets a candidate instead of losing every slot to near-copies of the
+    leader from other derivations."""
+    if not ranked:
+        return ranked
+    bound = ranked[0][0] * CONTENDER_FACTOR
+    leaders, seen = [], set()
+    for i, (est, _, m) in enumerate(ranked):
+        if est > bound:
+            break
+        if m.families not in seen:
+            seen.add(m.families)
+            leaders.append(i)
+    chosen = set(leaders)
+    return [ranked[i] for i in leaders] + [r for i, r in enumerate(ranked) if i not in chosen]
+
+
 def _configs_best_first(m: PlanMatch, first: int):
     """``m``'s flat configurations best first: the first ``first``, then more (doubling) for
     as long as the caller takes them, so that a configuration that fails to lower leaves
@@ -236,6 +263,7 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
         if key not in seen_specs:
             seen_specs.add(key)
             unique.append((est, d, m))
+    unique = _leaders_first(unique)
     out: list[PlannedCandidate] = []
     remaining = budget
     seen_src: set[str] = set()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import multiprocessing as mp
+from dataclasses import replace
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -394,6 +395,38 @@ def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):
     ref = _gemm_ref(spec, x, x["A"], lambda acc, **_: acc)
     check_close(res["out"].astype(np.float64), ref, "float16", label="pws_repeat")
     assert res["differing"] == 0, f"{res['differing']} of 19 launches differed from the first"
+
+
+# =========================================================================================
+# the producer warpgroup's sum of squares (FlashNorm's statistic on "ws", issue 16)
+# =========================================================================================
+
+def _rms(spec):
+    return replace(spec, a_row_sumsq=True,
+                   epilogue=f"({{acc}} * T.rsqrt((({{ss}} / {float(spec.k)!r}) + 1e-05)))")
+
+
+@pytest.mark.parametrize("spec,cfg", [
+    (_rms(GemmSpec(1, 1024, 4096, 4096, "kn", name="rms_ref")),
+     GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2)),
+    (_rms(GemmSpec(1, 1000, 1000, 1000, "kn", name="rms_ragged")),  # ragged m, n, K tail
+     GemmConfig(128, 128, 64, 4, 256, schedule="ws")),
+    (_rms(GemmSpec(2, 300, 512, 64, "nk", dtype="bfloat16", out_dtype="bfloat16",
+                   name="rms_one_step")),  # one K step: fewer steps than the lag
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws")),
+    (_rms(GemmSpec(1, 512, 2048, 2048, "kn", name="rms_c_alias")),
+     GemmConfig(128, 256, 64, 4, 256, schedule="ws", cluster_m=2, c_alias=True)),
+], ids=["ref-cluster2", "ragged", "one-step-bf16", "c-alias"])
+def test_ws_producer_sums_the_squares(iso, tmp_path, spec, cfg):
+    """Every other row of A has mean 10 (sums of squares ~100 k; eighths, exact in both
+    dtypes); with a ragged K tail the producer's sums must equal float64's within fp32
+    accumulation."""
+    rng = np.random.default_rng(5)
+    x = _inputs(spec, rng)
+    x["A"] = x["A"] + 10.0 * (np.arange(spec.m) % 2)[None, :, None]
+    k = float(spec.k)
+    ep = lambda acc, ss, **_: acc / np.sqrt(ss[:, :, None] / k + 1e-5)  # noqa: E731
+    check_gemm(iso, tmp_path, spec, cfg, ep, seed=5)
 
 
 # =========================================================================================

@@ -30,6 +30,7 @@ from superopt.lower.kernels.gemm import gemm_source
 from superopt.lower.kernels.gemm_chain_spec import GemmChainSpec, chain_smem_bytes
 from superopt.lower.kernels.gemm_grid import open_kernel, plan_grid
 from superopt.lower.kernels.gemm_space import gemm_config_space, gemm_cost_clk
+from superopt.lower.kernels.gemm_ws_schedule import producer_regs
 from superopt.lower.kernels.gemm_spec import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec,
                                               check_config, check_spec, gemm_accum_registers,
                                               gemm_block_threads, gemm_register_cap,
@@ -115,7 +116,7 @@ def assert_ws_pipeline(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
     """The "ws" schedule's CUDA: producer warpgroup after the consumers, one wgmma batch in
     flight, and with a cluster: B multicast, cluster-wide empty barriers, exit barrier."""
     assert f"if ({cfg.threads} <= ((int)threadIdx.x)) {{" in cuda
-    assert "warpgroup_reg_dealloc<24>" in cuda and "warpgroup_reg_alloc<" in cuda
+    assert f"warpgroup_reg_dealloc<{producer_regs(spec)}>" in cuda and "warpgroup_reg_alloc<" in cuda
     assert "tl::wait_wgmma<1>();" in cuda
     wgs = cfg.threads // 128
     count = wgs * cfg.cluster_m if cfg.cluster_m > 1 else cfg.threads
@@ -160,10 +161,32 @@ def test_reference_gemm_configs_lower_to_wgmma_tma(tmp_path, spec, cfg):
     assert launch["block"] == (cfg.threads + 128, 1, 1)
     # The smem model is an upper bound of TileLang's plan, and that plan fits an H100/H200.
     assert launch["dyn_shared_bytes"] <= gemm_smem_bytes(spec, cfg) <= SMEM_LIMIT_BYTES
-    if spec.a_row_sumsq:
+    if spec.a_row_sumsq and cfg.schedule == "ws":  # the producer's rows, then a handoff
+        assert_ws_sumsq(cuda, spec, cfg)
+    elif spec.a_row_sumsq:
         assert "AllReduce<tl::SumOp" in cuda and "rsqrtf" in cuda
     if spec.dual:
         assert "B2_desc" in cuda
+
+
+def assert_ws_sumsq(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
+    """A "ws" GEMM with A's row sum of squares: the producer warpgroup waits for each A
+    tile to land, reads its own row of it in 16-byte vectors and hands the sums over
+    through shared memory and a 128-arrival mbarrier that the consumers wait on before the
+    epilogue; no cross-thread reduction."""
+    start, split = cuda.index(f"if ({cfg.threads} <= ((int)threadIdx.x))"), \
+        cuda.index("warpgroup_reg_alloc<")
+    producer, consumers = cuda[start:split], cuda[split:]
+    assert "AllReduce" not in cuda and "rsqrtf" in consumers
+    assert "ss_ready[0].init(128);" in cuda
+    steps = -(-spec.k // cfg.block_k)
+    waits = re.findall(r"full\[[^\]]+\]\.wait\(", producer)
+    assert len(waits) == (2 if steps > cfg.stages - 1 else 1), waits  # in the loop, the tail
+    assert re.search(r"\*\(uint4\*\)\(a_vec \+ 0\) = \*\(uint4\*\)\(\(\(half_t\*\)A_s\)|"
+                     r"\*\(uint4\*\)\(a_vec \+ 0\) = \*\(uint4\*\)\(\(\(bfloat16_t\*\)A_s\)",
+                     producer)
+    assert "ss_ready[0].arrive();" in producer
+    assert consumers.index("ss_ready[0].wait(0);") < consumers.index("rsqrtf")
 
 
 # =========================================================================================

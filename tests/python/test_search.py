@@ -11,7 +11,8 @@ from superopt.lower import lowerable, match_plan
 from superopt.lower.target import HOPPER
 from superopt.run.records import CandidateResult, Ceilings, Comparison, PeerResult
 from superopt.record import CandidateRecord, RunRecord
-from superopt.search import _apply_comparison, estimate_us, plan_candidates, results_for_wire
+from superopt.search import (CONTENDER_FACTOR, _apply_comparison, _leaders_first, estimate_us,
+                             plan_candidates, results_for_wire)
 from superopt.workloads import WORKLOADS
 
 
@@ -27,6 +28,31 @@ def test_estimate_is_the_roofline_sum():
     want = (max(flops / (HOPPER.model_tflops * 1e12), bytes_ / (HOPPER.model_tb_per_s * 1e12))
             * 1e6 + HOPPER.launch_us)
     assert estimate_us(m) == pytest.approx(want, rel=1e-12)
+
+
+def test_each_contending_structure_leads_with_its_best_plan():
+    class M:
+        def __init__(self, *families):
+            self.families = families
+
+    ranked = [(54.2, "d79", M("rowreduce", "gemm")), (54.3, "d80", M("rowreduce", "gemm")),
+              (55.8, "d81", M("gemm")), (56.0, "d82", M("rowreduce", "gemm")),
+              (56.1, "d83", M("rowfused", "gemm")),
+              (54.2 * CONTENDER_FACTOR + 0.1, "d84", M("elementwise", "gemm"))]
+    assert [d for _, d, _ in _leaders_first(ranked)] == ["d79", "d81", "d83", "d80", "d82",
+                                                         "d84"]
+    assert _leaders_first([]) == []
+
+
+def test_rmsnorm_budget_of_four_measures_three_structures(tmp_path):
+    """The one-kernel FlashNorm plan (a "ws" GEMM whose producer sums A's squares) is priced
+    3 % above the row reduction + GEMM; it still gets a candidate beside the leader's."""
+    g = WORKLOADS["rmsnorm"].graph()
+    cands = plan_candidates(g, budget=4, directory=tmp_path).candidates
+    fams = [c.match.families for c in cands]
+    assert fams[0] == ("rowreduce", "gemm") and ("gemm",) in fams, fams
+    one = next(c for c in cands if c.match.families == ("gemm",))
+    assert one.match.kernels[0].spec.a_row_sumsq and one.config["k0.schedule"] == "ws"
 
 
 def test_fused_plans_rank_first():

@@ -377,9 +377,12 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
     if cfg.cluster_m not in (1, 2):
         raise LoweringError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
     if cfg.schedule == "ws":
-        if spec.a_row_sumsq or spec.k == 0 or spec.prologue:
-            raise LoweringError("schedule 'ws' supports neither a_row_sumsq, a prologue nor "
-                                "k == 0")
+        if spec.k == 0 or spec.prologue:
+            raise LoweringError("schedule 'ws' supports neither a prologue nor k == 0")
+        if spec.a_row_sumsq and (cfg.persistent or cfg.block_m != 128):
+            # the producer warpgroup sums the squares: one thread per row of one tile
+            raise LoweringError("schedule 'ws' sums A's squares in its producer warpgroup, "
+                                "one thread per row: needs block_m 128 and no persistent loop")
         if not all(gemm_tma_operands(spec)):
             raise LoweringError("schedule 'ws' needs TMA-loadable operands (16-byte row pitch)")
         if cfg.store != "tma" or cfg.policy != "full_row" or cfg.swizzle_panel:
@@ -521,7 +524,7 @@ def gemm_accum_registers(spec: GemmSpec, cfg: GemmConfig) -> int:
     """fp32 registers per consumer thread held by accumulators (acc, acc2, sum-of-squares)."""
     per_acc = cfg.block_m * cfg.block_n // cfg.threads
     regs = per_acc * (2 if spec.dual else 1)
-    if spec.a_row_sumsq:
+    if spec.a_row_sumsq and cfg.schedule != "ws":  # "ws": the producer sums the squares
         regs += cfg.block_m * (cfg.block_k // SUMSQ_VECTOR) // cfg.threads
     return regs
 

@@ -21,7 +21,16 @@ Three variants, by configuration:
 :func:`write_ws_body` writes the prim_func body; :func:`.gemm.gemm_source` wraps it in the
 builder and signature shared by every GEMM schedule and validates the spec and config
 first (:func:`~.gemm_spec.check_config` lists what ``"ws"`` supports: TMA-loadable
-operands, ``stages >= 2``, no dual GEMM, no row sum of squares, no prologue).
+operands, ``stages >= 2``, no dual GEMM, no prologue; a row sum of squares with
+``block_m = 128`` and one tile per block).
+
+With ``spec.a_row_sumsq`` (FlashNorm's RMS statistic) the otherwise idle producer warpgroup
+computes it: thread ``r`` of the producer, ``stages - 1`` steps behind its own TMA issue,
+waits for K step ``j``'s A tile to land and adds the squares of row ``r`` of it (16-byte
+shared-memory reads through the tile's swizzle) to one fp32 register; at the end it writes
+the row's sum to shared memory and arrives on a 128-count mbarrier that the consumers wait on
+before their epilogue. No cross-thread reduction and no consumer register is spent; the
+cost is one more read of each A tile from shared memory.
 
 Sources: CUTLASS's ``PipelineTmaAsync`` consumer release (one arrival per consumer
 warpgroup on every CTA's empty barrier of the slot) and its persistent tile scheduler (a
@@ -45,6 +54,16 @@ from .tiling import ceil_div
 #: Registers per thread the producer warpgroup keeps (``setmaxnreg`` 24); the consumers
 #: share the rest of the register file.
 PRODUCER_REGS = 24
+#: The producer's registers when it also sums the squares of A's rows (a 16-byte vector,
+#: the running sum and the row address beside the TMA loop's own).
+PRODUCER_SUMSQ_REGS = 40
+#: Elements of A one producer thread reads from shared memory at a time (16 bytes of fp16).
+SUMSQ_VECTOR_WS = 8
+
+
+def producer_regs(spec: GemmSpec) -> int:
+    """``setmaxnreg`` of the producer warpgroup."""
+    return PRODUCER_SUMSQ_REGS if spec.a_row_sumsq else PRODUCER_REGS
 
 
 def ws_units(spec: GemmSpec, cfg: GemmConfig) -> int:
@@ -117,7 +136,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     epilogue = epilogue_text(s, bm, bn)
     regs_acc = bm * bn // ncons
     # consumer share of the register file after the producer's registers
-    nreg = min(240, (HOPPER.regs_per_sm - 128 * PRODUCER_REGS) // ncons // 8 * 8)
+    nreg = min(240, (HOPPER.regs_per_sm - 128 * producer_regs(s)) // ncons // 8 * 8)
     ring = _Ring(e, c)
     slot, parity = ring.slot, ring.parity
     bzb = f"bz // {s.b_batch_div}" if s.b_batch_div > 1 else "bz"
@@ -150,6 +169,12 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
     for v in s.col_inputs:
         e(f'{v}_s = T.alloc_shared(({bn},), "{s.vector_dtype(v)}")')
+    if s.a_row_sumsq:
+        # the producer's sum of squares of A's rows, handed to the consumers' epilogue
+        e(f'ss_s = T.alloc_shared(({bm},), "float32")')
+        e('ss_p = T.alloc_local((1,), "float32")')
+        e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR_WS},), "{s.dtype}")')
+        e("ss_ready = T.alloc_barrier([128])")
     e(f"full = T.alloc_barrier([128] * {st})")
     if cm > 1:
         e(f"empty = T.alloc_cluster_barrier([{wgs * cm}] * {st})")
@@ -177,12 +202,31 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f"{step0} = w * {nsteps}")
 
     # --- producer
+    lag = st - 1  # the producer squares step i - lag's A tile after issuing step i's loads
+
+    def square_sum(j: str) -> None:
+        """The producer thread of row ``tx - ncons`` adds the squares of that row of K step
+        ``j``'s A tile (landed: it waits on the step's full barrier) to ``ss_p``. The slot
+        is refilled only by this thread's own later TMA issue, ``lag + 1`` steps on."""
+        v = SUMSQ_VECTOR_WS
+        e(f"T.mbarrier_wait_parity(full[{slot(j)}], {parity(j)})")
+        e(f"for kv in T.serial({bk // v}):")
+        with e.indent():
+            e(f"for v in T.vectorized({v}):")
+            with e.indent():
+                e(f"a_vec[v] = A_s[{slot(j)}, tx - {ncons}, kv * {v} + v]")
+            e(f"for v in T.serial({v}):")
+            with e.indent():
+                e('ss_p[0] += T.Cast("float32", a_vec[v]) * T.Cast("float32", a_vec[v])')
+
     e(f"if tx >= {ncons}:")
     with e.indent():
-        e(f"T.set_max_nreg({PRODUCER_REGS}, 0)")
+        e(f"T.set_max_nreg({producer_regs(s)}, 0)")
         if c.persistent:
             tile_loop("g0")
         g = "g0 + i" if c.persistent else "i"
+        if s.a_row_sumsq:
+            e("ss_p[0] = 0.0")
         e(f"for i in T.serial({nsteps}):")
         with e.indent():
             e(f"T.mbarrier_wait_parity(empty[{slot(g)}], {parity(g)} ^ 1)")
@@ -191,6 +235,16 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             e(f"T.tma_copy({b_src('i')}, B_s[{slot(g)}, :, :], "
               f"barrier=full[{slot(g)}]{mc})")
             e(f"T.mbarrier_arrive(full[{slot(g)}])")
+            if s.a_row_sumsq and nsteps > lag:
+                e(f"if i >= {lag}:")
+                with e.indent():
+                    square_sum(f"i - {lag}")
+        if s.a_row_sumsq:
+            e(f"for i in T.serial({max(nsteps - lag, 0)}, {nsteps}):")
+            with e.indent():
+                square_sum("i")
+            e(f"ss_s[tx - {ncons}] = ss_p[0]")
+            e("T.mbarrier_arrive(ss_ready)")
         if c.persistent:
             e.dedent()
             e.dedent()
@@ -217,6 +271,8 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(fence)
         ring.release(at(str(nsteps - 1)) if c.persistent else str(nsteps - 1))
         # --- epilogue (consumers)
+        if s.a_row_sumsq:
+            e("T.mbarrier_wait_parity(ss_ready, 0)")
         for r in s.row_inputs:
             e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
         for v in s.col_inputs:
