@@ -2,6 +2,7 @@
 # One device call: unpack TileLang (and any peer parts carried), then the GPU test files in
 # parallel processes (each compiles its kernels on its own cores), each under a time limit.
 #   usage (on the GPU machine, from the repo root): bash bench/gpu_tests.sh LIMIT_S FILE ...
+#   GPU_TESTS_K="expr" selects tests by pytest's -k in every file.
 # Writes $OUT/gpu_tests.log (every file's output, in order) and prints each file's summary.
 set -uo pipefail
 limit=$1; shift
@@ -17,7 +18,8 @@ out=${OUT:-/tmp/out}; mkdir -p "$out/logs"
 pids=()
 for f in "$@"; do
   name=$(basename "$f" .py)
-  timeout "$limit" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$f" \
+  timeout "$limit" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider \
+    ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} "$f" \
     >"$out/logs/$name.log" 2>&1 &
   pids+=($!)
 done
