@@ -44,15 +44,19 @@ def test_each_contending_structure_leads_with_its_best_plan():
     assert _leaders_first([]) == []
 
 
-def test_rmsnorm_budget_of_four_measures_three_structures(tmp_path):
-    """The one-kernel FlashNorm plan (a "ws" GEMM whose producer sums A's squares) is priced
-    3 % above the row reduction + GEMM; it still gets a candidate beside the leader's."""
+def test_rmsnorm_small_budgets_measure_several_structures(tmp_path):
+    """Near-copies of the leader from other derivations no longer take every slot: at a
+    budget of 4 three kernel structures are measured (the leader keeps two), and at 6 the
+    one-kernel FlashNorm plan (a GEMM that also sums A's squares, priced 1.06x the leader
+    since its "ws" form measured 1.32x a plain GEMM) is among them."""
     g = WORKLOADS["rmsnorm"].graph()
-    cands = plan_candidates(g, budget=4, directory=tmp_path).candidates
-    fams = [c.match.families for c in cands]
-    assert fams[0] == ("rowreduce", "gemm") and ("gemm",) in fams, fams
-    one = next(c for c in cands if c.match.families == ("gemm",))
-    assert one.match.kernels[0].spec.a_row_sumsq and one.config["k0.schedule"] == "ws"
+    four = plan_candidates(g, budget=4, directory=tmp_path).candidates
+    fams = [c.match.families for c in four]
+    assert fams[:2] == [("rowreduce", "gemm")] * 2 and len(set(fams)) == 3, fams
+    six = plan_candidates(g, budget=6, directory=tmp_path).candidates
+    one = [c for c in six if c.match.families == ("gemm",)]
+    assert one and one[0].match.kernels[0].spec.a_row_sumsq, [c.match.families for c in six]
+    assert one[0].estimate_us < CONTENDER_FACTOR * six[0].estimate_us
 
 
 def test_fused_plans_rank_first():

@@ -47,6 +47,12 @@ _TILE_OVERHEAD_CLK = 3000
 #: llama3_rmsnorm_qkv): the RMSNorm-prologue GEMM 4096x4096 @ 4096x6144, 128x256x64, 4
 #: stages, ran 481 us, 1.63x the ~295 us of the same shape without a prologue.
 _PROLOGUE_SERIAL_BYTES_PER_CLK = 108
+#: How fast a "ws" producer warpgroup sums the squares of A's rows, bytes of A per clock,
+#: charged per K step beside the shared-memory traffic (which alone predicts +12 %).
+#: Calibrated on the H200 (bench/results/2026-12-02c-session, ref_rmsnorm): the one-kernel
+#: RMSNorm GEMM 1024x4096 @ 4096x4096, "ws" 128x256x64, 3 stages, cluster 2, ran 63.2 us
+#: against about 48 us for the same GEMM without the statistic (1.32x).
+_WS_SUMSQ_SERIAL_BYTES_PER_CLK = 73
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
 _BLOCK_K_CHOICES = (64, 128)
@@ -108,6 +114,8 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     overhead = _KSTEP_OVERHEAD_CLK / 2 if cfg.schedule == "ws" else _KSTEP_OVERHEAD_CLK
     if spec.a_inputs:  # the consumers' two barriers around computing the A tile, and the
         overhead += _KSTEP_OVERHEAD_CLK + prologue / _PROLOGUE_SERIAL_BYTES_PER_CLK  # tile
+    if spec.a_row_sumsq and cfg.schedule == "ws":  # the producer's pass over the A tile
+        overhead += sumsq_reads / _WS_SUMSQ_SERIAL_BYTES_PER_CLK
     b_bytes = n_gemm * cfg.block_n * cfg.block_k * ib / cfg.cluster_m
     l2 = (cfg.block_m * cfg.block_k * ib + b_bytes) / _L2_BYTES_PER_CLK
     mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)
