@@ -259,22 +259,27 @@ def cmd_derive(args) -> int:
         print(f"wrote {path}")
         return 0
     lowered = []
+    why: dict[str, str] = {}  # why plans did not lower: distinct reason -> first derivation
     with progress, progress.phase("match plans", len(derived)) as matching:
         for d in derived:
             matching.advance()
             try:
                 lowered.append((d, match_plan(d.plan)))
-            except LoweringError:
+            except LoweringError as err:
+                why.setdefault(str(err), d.derivation.id)
                 continue
+    reasons = [f"{i}: {text}" for text, i in list(why.items())[:_UNLOWERABLE_SHOWN]]
     if args.json:
         doc = {"workload": g.name, "case": g.sizes, "derivations_total": len(derived),
                "capped": e.capped, "derivations": []}
+        if not lowered:
+            doc["unlowerable"] = reasons
         for d, m in lowered:
             w = derivation_to_wire(d.derivation)
             doc["derivations"].append({"id": w["id"], "kernels": len(m.kernels),
                                        "families": list(m.families), "steps": w["steps"]})
         print(json.dumps(doc, indent=1))
-        return 0
+        return 0 if lowered else EXIT_FAILURE
     print(f"{len(lowered)} lowerable derivation{'s' if len(lowered) != 1 else ''} of "
           f"{len(derived)} of {g.name} {g.sizes} (tile_parallel / stream_reduction completion "
           "steps not shown; --json lists all)")
@@ -283,9 +288,17 @@ def cmd_derive(args) -> int:
                  if s.rule not in ("tile_parallel", "stream_reduction")]
         print(f"  {d.derivation.id:>5}  {len(m.kernels)} kernel(s) [{', '.join(m.families)}]  "
               f"{' → '.join(steps) or '(literal graph)'}")
+    if not lowered and reasons:
+        print("no family lowers these plans; the first plan of each distinct reason:")
+        for r in reasons:
+            print(f"  {r}")
     if cap_note:
         print(cap_note)
-    return 0
+    return 0 if lowered else EXIT_FAILURE
+
+
+#: Distinct reasons ``derive`` prints when no plan lowers (the dry run shows as many).
+_UNLOWERABLE_SHOWN = 3
 
 
 def _check_out_dir(out: str | None) -> Path | None:

@@ -430,6 +430,28 @@ def test_derive_json(ran):
     assert small["case"] == {"m": 8, "n": 8, "d": 8}
 
 
+def test_derive_says_why_nothing_lowers(tmp_path):
+    """A bias written first (``bias[n, t] + X @ W``) orders the output [n, t], which no
+    family reads: ``derive`` prints why and exits 1, ``--json`` carries the reasons."""
+    (tmp_path / "biasfirst.py").write_text(
+        "from superopt.dsl import DagBuilder\n\n\n"
+        "def g(t: int = 32, n: int = 64, k: int = 48):\n"
+        "    b = DagBuilder('biasfirst', [('t', t), ('n', n), ('k', k)])\n"
+        "    x, w = b.input('X', ['t', 'k']), b.input('W', ['k', 'n'])\n"
+        "    b.output(b.add(b.input('bias', ['n', 't']), b.matmul(x, w, 'k', 'k')))\n"
+        "    return b.build()\n")
+    p = _run(["derive", "biasfirst.py:g"], {}, tmp_path)
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("0 lowerable derivations of 1 of biasfirst")
+    assert lines[1] == "no family lowers these plans; the first plan of each distinct reason:"
+    assert lines[2].startswith("  d0: kernels[") and "neither full, row nor column" in lines[2]
+    j = _run(["derive", "biasfirst.py:g", "--json"], {}, tmp_path)
+    assert j.returncode == 1
+    doc = json.loads(j.stdout)
+    assert doc["derivations"] == [] and doc["unlowerable"] == [lines[2].strip()]
+
+
 # -- the reader goes away: no traceback --------------------------------------------------------
 
 def test_head_does_not_traceback(tmp_path):
