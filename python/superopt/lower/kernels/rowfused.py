@@ -53,6 +53,13 @@ class _Writer:
         self.resident = is_resident(s, c)
         # a chunked resident tile: fragments [chunks, block_rows, chunk], chunk axis outermost
         self.chunk = c.row_chunk if self.resident else 0
+        nch = self.bc // self.chunk if self.chunk else 0
+        # a fragment's shape, its index in the element loop and that loop's header
+        self.tile = f"({nch}, {self.br}, {self.chunk})" if self.chunk else \
+            f"({self.br}, {self.bc})"
+        self.ij = "kc, i, j" if self.chunk else "i, j"
+        self.parallel = (f"for kc, i, j in T.Parallel({nch}, {self.br}, {self.chunk}):"
+                         if self.chunk else f"for i, j in T.Parallel({self.br}, {self.bc}):")
         self.row = f"bx * {self.br} + i"
         self.col = ("j" if not self.chunk else f"(kc * {self.chunk} + j)") if self.resident \
             else f"ko * {self.bc} + j"
@@ -70,7 +77,7 @@ class _Writer:
         self.elem_fields = dict(self.row_fields)
         for n, kind, _ in s.inputs:
             if kind == "full":
-                at = f"{n}_f[{self._ij}]" if self.resident else f"{n}[{self.row}, {self.col}]"
+                at = f"{n}_f[{self.ij}]" if self.resident else f"{n}[{self.row}, {self.col}]"
                 self.elem_fields[n] = f'T.Cast("float32", {at})'
             elif kind == "col":
                 self.elem_fields[n] = f'T.Cast("float32", {n}[{colc}])'
@@ -128,24 +135,8 @@ class _Writer:
             e(f"return {s.name}")
         return e.text()
 
-    @property
-    def _ij(self) -> str:
-        """A fragment's index in the element loop."""
-        return "kc, i, j" if self.chunk else "i, j"
-
-    @property
-    def _tile(self) -> str:
-        return f"({self.bc // self.chunk}, {self.br}, {self.chunk})" if self.chunk else \
-            f"({self.br}, {self.bc})"
-
-    def _parallel(self) -> str:
-        """The element loop's header."""
-        if self.chunk:
-            return f"for kc, i, j in T.Parallel({self.bc // self.chunk}, {self.br}, {self.chunk}):"
-        return f"for i, j in T.Parallel({self.br}, {self.bc}):"
-
     def _allocate(self) -> None:
-        s, e, tile = self.s, self.e, self._tile
+        s, e, tile = self.s, self.e, self.tile
         if self.resident and s.cols > 0:
             for n, kind, dt in s.inputs:
                 if kind == "full":
@@ -164,12 +155,12 @@ class _Writer:
         s, e = self.s, self.e
         guard = " and ".join(([f"{self.row} < {s.rows}"] if self.ragged_rows else []) +
                              ([f"{self.col} < {s.cols}"] if self.ragged_cols else []))
-        e(self._parallel())
+        e(self.parallel)
         with e.indent():
             for n, kind, dt in s.inputs:
                 if kind != "full":
                     continue
-                at, frag = f"{n}[{self.row}, {self.col}]", f"{n}_f[{self._ij}]"
+                at, frag = f"{n}[{self.row}, {self.col}]", f"{n}_f[{self.ij}]"
                 if guard:
                     e(f'{frag} = T.if_then_else({guard}, {at}, T.Cast("{dt}", 0))')
                 else:
@@ -182,7 +173,7 @@ class _Writer:
         if not self.resident:
             e(f"for ko in T.serial({ceil_div(self.s.cols, self.bc)}):")
             e.indent()
-        e(self._parallel())
+        e(self.parallel)
         e.indent()
         return 1 if self.resident else 2
 
@@ -201,7 +192,7 @@ class _Writer:
             self._guarded(expr.format(**self.elem_fields), identity)
         if self.resident:
             levels = self._chunks()
-            e(f"acc[{self._ij}] = {term}")
+            e(f"acc[{self.ij}] = {term}")
         else:
             e(f"T.fill(acc, {identity})")
             levels = self._chunks()
