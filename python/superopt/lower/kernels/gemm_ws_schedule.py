@@ -48,7 +48,7 @@ from ..emit import Lines
 from ..target import HOPPER
 from .gemm_expr import epilogue_text
 from .gemm_grid import open_kernel
-from .gemm_spec import GemmConfig, GemmSpec, gemm_grid
+from .gemm_spec import SUMSQ_VECTOR, GemmConfig, GemmSpec, gemm_grid
 from .tiling import ceil_div
 
 #: Registers per thread the producer warpgroup keeps (``setmaxnreg`` 24); the consumers
@@ -57,8 +57,6 @@ PRODUCER_REGS = 24
 #: The producer's registers when it also sums the squares of A's rows (a 16-byte vector,
 #: the running sum and the row address beside the TMA loop's own).
 PRODUCER_SUMSQ_REGS = 40
-#: Elements of A one producer thread reads from shared memory at a time (16 bytes of fp16).
-SUMSQ_VECTOR_WS = 8
 
 
 def producer_regs(spec: GemmSpec) -> int:
@@ -173,7 +171,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         # the producer's sum of squares of A's rows, handed to the consumers' epilogue
         e(f'ss_s = T.alloc_shared(({bm},), "float32")')
         e('ss_p = T.alloc_local((1,), "float32")')
-        e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR_WS},), "{s.dtype}")')
+        e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR},), "{s.dtype}")')
         e("ss_ready = T.alloc_barrier([128])")
     e(f"full = T.alloc_barrier([128] * {st})")
     if cm > 1:
@@ -208,7 +206,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         """The producer thread of row ``tx - ncons`` adds the squares of that row of K step
         ``j``'s A tile (landed: it waits on the step's full barrier) to ``ss_p``. The slot
         is refilled only by this thread's own later TMA issue, ``lag + 1`` steps on."""
-        v = SUMSQ_VECTOR_WS
+        v = SUMSQ_VECTOR
         e(f"T.mbarrier_wait_parity(full[{slot(j)}], {parity(j)})")
         e(f"for kv in T.serial({bk // v}):")
         with e.indent():
