@@ -5,17 +5,23 @@
 #     bash bench/explore/profile_attention.sh OUTDIR [SPEC TOP1]
 #   default SPEC: the suite's causal GQA LLaMA-3 prefill and its 2026-12-02 top-1.
 # Writes OUTDIR/ncu_attention_{ours,fa4,cudnn}.txt (details page of the sections below).
+# FULL=1: every section and source-line sampling (--set full --import-source yes), and the
+# reports themselves as OUTDIR/ncu_attention_{ours,fa4}.ncu-rep (open them in Nsight
+# Compute's source view: where each kernel issues and stalls, SASS beside the source;
+# not run yet).
 set -uo pipefail
 out=$1; mkdir -p "$out"
 spec=${2:-examples/models/llama3_attention.py:llama3_attention}
 top1=${3:-bench/results/2026-12-02-suite/llama3_attention/top1.py}
 secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy --section SchedulerStats"
+[[ ${FULL:-0} == 1 ]] && secs="--set full --import-source yes"
 run="python3 bench/explore/run_top1.py $spec"
-ncu --clock-control none -k 'regex:^k[0-9]+_' --launch-count 1 $secs \
+rep() { [[ ${FULL:-0} == 1 ]] && echo "--export $out/ncu_attention_$1 --print-details all"; }
+ncu --clock-control none -k 'regex:^k[0-9]+_' --launch-count 1 $secs $(rep ours) \
   $run --top1 "$top1" > "$out/ncu_attention_ours.txt" 2>&1
 # the peers: launch 3 times, skip what the first (compiling) call launches, name every kernel
 ncu --clock-control none -k 'regex:(?i)flash|fmha|attn|sm90' --launch-skip 1 --launch-count 1 \
-  $secs $run --peer FA4 --launches 3 > "$out/ncu_attention_fa4.txt" 2>&1
+  $secs $(rep fa4) $run --peer FA4 --launches 3 > "$out/ncu_attention_fa4.txt" 2>&1
 ncu --clock-control none -k 'regex:(?i)cudnn|fmha|flash|attn|sm90' --launch-skip 1 \
   --launch-count 1 $secs $run --peer "SDPA cuDNN" --launches 3 > "$out/ncu_attention_cudnn.txt" 2>&1
 for f in "$out"/ncu_attention_*.txt; do
