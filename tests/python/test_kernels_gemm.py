@@ -187,6 +187,16 @@ def assert_ws_sumsq(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
                      producer)
     assert "ss_ready[0].arrive();" in producer
     assert consumers.index("ss_ready[0].wait(0);") < consumers.index("rsqrtf")
+    # Each read of A follows its step's full-barrier wait; the TMA copy is issued by one
+    # elected thread, so when a slot is refilled (more steps than stages) every producer
+    # thread must have read its row of the slot's old tile first: TileLang 0.1.15 puts a
+    # producer-wide named barrier between the empty wait and the elected issue.
+    for read in (m.start() for m in re.finditer(r"\(a_vec \+ 0\) =", producer)):
+        wait = producer.rfind(".wait(", 0, read)
+        assert re.search(r"full\[[^\]]+\]$", producer[:wait]), producer[wait - 80:read]
+    if steps > cfg.stages:
+        issue = producer[producer.index("empty["):producer.index("tl_shuffle_elect<128>")]
+        assert re.search(r"__sync_thread_partial\(\d+, 128\)", issue), issue
 
 
 # =========================================================================================

@@ -620,6 +620,13 @@ def test_rowfused_spec_errors(spec, match):
     (RowFusedConfig(1, 4096, 256, 8192), "divides"),
     (RowFusedConfig(1, 4096, 512, 256), "multiple of 512 threads"),
     (RowFusedConfig(1, 4096, 256, -256), "power of two"),
+    # every field an int (a float or str chunk raised TypeError, True passed as a chunk of 1)
+    (RowFusedConfig(1, 4096, 256, 256.0), "row_chunk must be an integer"),
+    (RowFusedConfig(1, 4096, 256, "256"), "row_chunk must be an integer"),
+    (RowFusedConfig(1, 4096, 256, True), "row_chunk must be an integer"),
+    (RowFusedConfig(2.0, 4096, 256), "block_rows must be an integer"),
+    (RowFusedConfig(1, 4096.0, 256), "block_cols must be an integer"),
+    (RowFusedConfig(1, 4096, 256.0), "threads must be an integer"),
 ])
 def test_rowfused_config_errors(cfg, match):
     with pytest.raises(LoweringError, match=match):
@@ -757,6 +764,21 @@ def test_empty_rows_write_the_reductions_identities(tmp_path):
         cuda, _ = lower(tmp_path, src, spec.name)
         assert re.search(r"\bOut1\s*(\[|\+)", cuda) and re.search(r"\bOut2\s*(\[|\+)", cuda)
         assert "-CUDART_INF_F" in cuda
+
+
+def test_empty_rows_with_nothing_to_compute_lower(tmp_path):
+    """No step, no row output, only full outputs of empty rows: the kernel body is empty
+    (it wrote ``with T.Kernel(...) as bx:`` with nothing under it, an IndentationError)."""
+    spec = RowFusedSpec(3, 0, (("x", "full", "float16"), ("y", "full", "bfloat16")), (),
+                        (("full", "({x} + {y})", "float16"),), name="noop")
+    space = rowfused_config_space(spec, limit=None)
+    chunked = [c for c in space if c.row_chunk]
+    assert chunked
+    for cfg in (space[0], chunked[0]):
+        src = rowfused_source(spec, cfg)
+        assert "Out[" not in src
+        cuda, _ = lower(tmp_path, src, spec.name)
+        assert "noop_kernel" in cuda
 
 
 @pytest.mark.slow

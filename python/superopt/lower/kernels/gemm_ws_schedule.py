@@ -205,7 +205,11 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     def square_sum(j: str) -> None:
         """The producer thread of row ``tx - ncons`` adds the squares of that row of K step
         ``j``'s A tile (landed: it waits on the step's full barrier) to ``ss_p``. The slot
-        is refilled only by this thread's own later TMA issue, ``lag + 1`` steps on."""
+        is refilled ``lag + 1`` steps on by one elected producer thread, not by this one:
+        what keeps the other producer warps' reads of step ``j`` before that refill is the
+        producer-wide named barrier (``__sync_thread_partial(.., 128)``) TileLang 0.1.15
+        puts between each iteration's empty wait and the elected TMA issue (a write after
+        this loop's shared reads); ``assert_ws_sumsq`` in the tests checks it is there."""
         v = SUMSQ_VECTOR
         e(f"T.mbarrier_wait_parity(full[{slot(j)}], {parity(j)})")
         e(f"for kv in T.serial({bk // v}):")

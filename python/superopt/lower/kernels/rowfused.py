@@ -116,6 +116,7 @@ class _Writer:
             with e.indent():
                 e(f"with T.Kernel({rowfused_grid(s, c)[0]}, threads={c.threads}) as bx:")
                 with e.indent():
+                    body = len(e.lines)
                     self._allocate()
                     if self.resident and s.cols > 0:
                         self._load()
@@ -131,6 +132,10 @@ class _Writer:
                         else:
                             self._reduce(st.name, st.op, st.expr)
                     self._store(outs)
+                    if len(e.lines) == body:
+                        # no step, no row output and only full outputs of empty rows
+                        # (cols = 0): nothing to compute or store
+                        e("pass")
             e()
             e(f"return {s.name}")
         return e.text()

@@ -250,13 +250,22 @@ def check_rowfused(spec: RowFusedSpec) -> None:
 
 
 def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
-    """Check a configuration against a spec: the block shape, the grid, several rows only
-    with a power-of-two row tile, and the register budget (and, resident, at most
-    :data:`MAX_RESIDENT_ELEMENTS` elements per thread).
+    """Check a configuration against a spec: integer fields, the block shape, the grid,
+    ``row_chunk`` (a power of two dividing a resident ``block_cols``, each chunk spread
+    evenly over the threads), several rows only with a power-of-two row tile, and the
+    register budget (and, resident, at most :data:`MAX_RESIDENT_ELEMENTS` elements per
+    thread).
 
     Raises:
         LoweringError: naming the field.
     """
+    if not isinstance(cfg, RowFusedConfig):
+        raise LoweringError(f"a row-fused kernel takes a RowFusedConfig, got "
+                            f"{type(cfg).__name__}")
+    for field in ("block_rows", "block_cols", "threads", "row_chunk"):
+        v = getattr(cfg, field)
+        if isinstance(v, bool) or not isinstance(v, int):  # bool is no size here
+            raise LoweringError(f"row-fused config {field} must be an integer, got {v!r}")
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
     check_grid(rowfused_grid(spec, cfg), f"row-fused kernel {spec.name}")
     b = cfg.block_cols
