@@ -170,7 +170,8 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     if s.a_row_sumsq:
         # the producer's sum of squares of A's rows, handed to the consumers' epilogue
         e(f'ss_s = T.alloc_shared(({bm},), "float32")')
-        e('ss_p = T.alloc_local((1,), "float32")')
+        # one partial sum per vector lane: eight independent FMA chains, not one of 64
+        e(f'ss_p = T.alloc_local(({SUMSQ_VECTOR},), "float32")')
         e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR},), "{s.dtype}")')
         e("ss_ready = T.alloc_barrier([128])")
     e(f"full = T.alloc_barrier([128] * {st})")
@@ -219,7 +220,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
                 e(f"a_vec[v] = A_s[{slot(j)}, tx - {ncons}, kv * {v} + v]")
             e(f"for v in T.serial({v}):")
             with e.indent():
-                e('ss_p[0] += T.Cast("float32", a_vec[v]) * T.Cast("float32", a_vec[v])')
+                e('ss_p[v] += T.Cast("float32", a_vec[v]) * T.Cast("float32", a_vec[v])')
 
     e(f"if tx >= {ncons}:")
     with e.indent():
@@ -228,7 +229,9 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             tile_loop("g0")
         g = "g0 + i" if c.persistent else "i"
         if s.a_row_sumsq:
-            e("ss_p[0] = 0.0")
+            e(f"for v in T.serial({SUMSQ_VECTOR}):")
+            with e.indent():
+                e("ss_p[v] = 0.0")
         e(f"for i in T.serial({nsteps}):")
         with e.indent():
             e(f"T.mbarrier_wait_parity(empty[{slot(g)}], {parity(g)} ^ 1)")
@@ -245,6 +248,9 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             e(f"for i in T.serial({max(nsteps - lag, 0)}, {nsteps}):")
             with e.indent():
                 square_sum("i")
+            e(f"for v in T.serial(1, {SUMSQ_VECTOR}):")
+            with e.indent():
+                e("ss_p[0] += ss_p[v]")
             e(f"ss_s[tx - {ncons}] = ss_p[0]")
             e("T.mbarrier_arrive(ss_ready)")
         if c.persistent:
