@@ -203,3 +203,31 @@ def test_attention_pattern_refuses_a_band_over_other_axes_and_a_finite_fill():
     x = b.select(b.band("t_q", "t_kv", lo=0), s, b.const(-1e4))  # not −inf: not a mask
     b.output(b.matmul(softmax_subdag(b, x, "t_kv"), v, "t_kv", "t_kv"))
     assert attention_pattern(b.build()) is None
+
+
+def test_an_output_with_the_smaller_operand_first_warns_of_its_axis_order():
+    """``bias[n] + X @ W`` as an output is ordered [n, t] (the first operand's axes lead):
+    valid, but no family writes it, so nothing lowers; ``output`` says so, naming the output,
+    the node and the order that would lower. The same node as an intermediate is silent
+    (a consumer can fuse it), as are the larger operand first and equal axis sets."""
+    import warnings
+
+    from superopt.dsl import AxisOrderWarning, DagBuilder
+
+    b = DagBuilder("bias_first", [("t", 4), ("n", 3), ("k", 2)])
+    y = b.matmul(b.input("X", ["t", "k"]), b.input("W", ["k", "n"]), "k", "k")
+    bias = b.input("bias", ["n"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = b.add(bias, y)             # an intermediate: no warning yet
+        d = b.sub(bias, y)
+        b.output(b.add(y, bias))       # [t, n]
+        b.output(b.mul(y, y))          # equal axes
+        b.output(b.add(b.input("u", ["t"]), b.input("v", ["n"])))  # neither contains the other
+    assert b.nodes[z].axes == ("n", "t")
+    with pytest.warns(AxisOrderWarning, match=r"outputs\[3\] \(nodes\[4\]\): add of axes \['n'\] "
+                      r"and \['t', 'n'\] orders it \['n', 't'\].*write the larger operand first "
+                      r"to keep \['t', 'n'\]"):
+        b.output(z)
+    with pytest.warns(AxisOrderWarning, match=r"write sub\(a, b\) as add\(neg\(b\), a\)"):
+        b.output(d)

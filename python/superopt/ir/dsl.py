@@ -18,19 +18,29 @@ Example::
 Node order is part of the wire format (golden vectors): the Lean DSL and this one build
 the five workloads' nodes in the same order.
 
-Owns: the builder. Imports only the graph.
+Owns: the builder. Imports only the graph and the op table.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Callable, Sequence
 
 from ..errors import DanglingNodeError
 from .dag import Axis, Graph, Node, NodeId, infer_axes
+from .ops import BINARY_OPS
 
 SUM = "sum"
 MAX = "max"
+
+
+class AxisOrderWarning(UserWarning):
+    """An output that is a binary op whose first operand has a strict subset of the second's
+    axes: it takes the first operand's axes first (``bias[n] + Y[t, n]`` is ``[n, t]``), and
+    no kernel family writes an ``[n, t]`` output from ``[t, n]`` operands, so no plan lowers
+    it. The graph is valid and means what it says; the warning (raised by
+    :meth:`DagBuilder.output`) names the output and the order that would lower."""
 
 
 class DagBuilder:
@@ -178,7 +188,26 @@ class DagBuilder:
             raise DanglingNodeError(f"output {x!r} names no node",
                                     path=f"outputs[{len(self._outputs)}]")
         self._outputs.append(x)
+        self._warn_axis_order(x, len(self._outputs) - 1)
         return x
+
+    def _warn_axis_order(self, i: NodeId, k: int) -> None:
+        """:class:`AxisOrderWarning` when output ``k`` is a binary op whose first operand has a
+        strict subset of the second's axes and so reorders them (an intermediate like that
+        can still fuse into its consumer; an output cannot)."""
+        node = self.nodes[i]
+        if node.op not in BINARY_OPS:
+            return
+        xa, ya = (self.nodes[a].axes for a in node.args)
+        if set(xa) < set(ya) and node.axes != ya:
+            fix = {"sub": "write sub(a, b) as add(neg(b), a)",
+                   "div": "write div(a, b) as mul(recip(b), a)"}.get(
+                       node.op, "write the larger operand first")
+            warnings.warn(AxisOrderWarning(
+                f"outputs[{k}] (nodes[{i}]): {node.op} of axes {list(xa)} and {list(ya)} "
+                f"orders it {list(node.axes)} (the first operand's axes lead), an output no "
+                f"kernel family writes from {list(ya)} operands, so no plan lowers it; {fix} "
+                f"to keep {list(ya)}"), stacklevel=3)
 
     def build(self) -> Graph:
         """The checked graph. Raises :class:`MissingOutputError` if no output was set."""
