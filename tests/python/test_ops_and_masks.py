@@ -205,29 +205,42 @@ def test_attention_pattern_refuses_a_band_over_other_axes_and_a_finite_fill():
     assert attention_pattern(b.build()) is None
 
 
-def test_an_output_with_the_smaller_operand_first_warns_of_its_axis_order():
-    """``bias[n] + X @ W`` as an output is ordered [n, t] (the first operand's axes lead):
-    valid, but no family writes it, so nothing lowers; ``output`` says so, naming the output,
-    the node and the order that would lower. The same node as an intermediate is silent
-    (a consumer can fuse it), as are the larger operand first and equal axis sets."""
+def test_the_smaller_operand_first_warns_of_the_axis_order():
+    """``bias[n] + X @ W`` is ordered [n, t] (the first operand's axes lead): valid, but no
+    family reads or writes a tensor out of its axes' order, so nothing through it lowers —
+    as an output or as an intermediate (``sum_d(g * x)`` with ``g`` first). The DSL says so
+    at the line that builds it, naming the node and the rewrite that keeps the order; the
+    larger operand first, equal axis sets and disjoint ones are silent. The warning is right:
+    those graphs have no lowerable plan, their larger-operand-first twins do."""
     import warnings
 
+    from superopt.derive import derive_all
     from superopt.dsl import AxisOrderWarning, DagBuilder
+    from superopt.lower import lowerable
 
     b = DagBuilder("bias_first", [("t", 4), ("n", 3), ("k", 2)])
     y = b.matmul(b.input("X", ["t", "k"]), b.input("W", ["k", "n"]), "k", "k")
     bias = b.input("bias", ["n"])
+    with pytest.warns(AxisOrderWarning, match=r"nodes\[4\]: add of axes \['n'\] and \['t', 'n'\] "
+                      r"orders its result \['n', 't'\].*write the larger operand first to "
+                      r"keep \['t', 'n'\]"):
+        z = b.add(bias, y)
+    assert b.nodes[z].axes == ("n", "t")
+    with pytest.warns(AxisOrderWarning, match=r"write sub\(a, b\) as add\(neg\(b\), a\)"):
+        b.sub(bias, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        z = b.add(bias, y)             # an intermediate: no warning yet
-        d = b.sub(bias, y)
-        b.output(b.add(y, bias))       # [t, n]
-        b.output(b.mul(y, y))          # equal axes
-        b.output(b.add(b.input("u", ["t"]), b.input("v", ["n"])))  # neither contains the other
-    assert b.nodes[z].axes == ("n", "t")
-    with pytest.warns(AxisOrderWarning, match=r"outputs\[3\] \(nodes\[4\]\): add of axes \['n'\] "
-                      r"and \['t', 'n'\] orders it \['n', 't'\].*write the larger operand first "
-                      r"to keep \['t', 'n'\]"):
-        b.output(z)
-    with pytest.warns(AxisOrderWarning, match=r"write sub\(a, b\) as add\(neg\(b\), a\)"):
-        b.output(d)
+        b.add(y, bias)                 # [t, n]
+        b.mul(y, y)                    # equal axes
+        b.add(b.input("u", ["t"]), b.input("v", ["n"]))  # neither contains the other
+
+    def row_sum(gain_first: bool):
+        g = DagBuilder("row_sum", [("t", 8), ("d", 16)])
+        x, gain = g.input("x", ["t", "d"]), g.input("g", ["d"])
+        g.output(g.red("sum", "d", g.mul(gain, x) if gain_first else g.mul(x, gain)))
+        return g.build()
+
+    with pytest.warns(AxisOrderWarning):
+        first = row_sum(True)
+    assert not any(lowerable(d.plan) for d in derive_all(first))
+    assert any(lowerable(d.plan) for d in derive_all(row_sum(False)))

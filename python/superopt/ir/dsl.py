@@ -36,11 +36,12 @@ MAX = "max"
 
 
 class AxisOrderWarning(UserWarning):
-    """An output that is a binary op whose first operand has a strict subset of the second's
-    axes: it takes the first operand's axes first (``bias[n] + Y[t, n]`` is ``[n, t]``), and
-    no kernel family writes an ``[n, t]`` output from ``[t, n]`` operands, so no plan lowers
-    it. The graph is valid and means what it says; the warning (raised by
-    :meth:`DagBuilder.output`) names the output and the order that would lower."""
+    """A binary op whose first operand has a strict subset of the second's axes: its result
+    takes the first operand's axes first (``bias[n] + Y[t, n]`` is ``[n, t]``), and no kernel
+    family reads or writes a tensor in another order than its axes', so plans through such a
+    node do not lower (output or intermediate: ``sum_d(g[d] * x[t, d])`` and
+    ``x * exp(g + x)`` had no lowerable plan). The graph is valid and means what it says; the
+    warning names the node and the rewrite that keeps the larger operand's order."""
 
 
 class DagBuilder:
@@ -93,7 +94,9 @@ class DagBuilder:
 
     def binary(self, op: str, x: NodeId, y: NodeId) -> NodeId:
         # axes are global names with one size each: broadcasting cannot mismatch sizes
-        return self._add(Node(op, (x, y)))
+        i = self._add(Node(op, (x, y)))
+        self._warn_axis_order(i)
+        return i
 
     def exp(self, x: NodeId) -> NodeId:
         return self.unary("exp", x)
@@ -188,26 +191,23 @@ class DagBuilder:
             raise DanglingNodeError(f"output {x!r} names no node",
                                     path=f"outputs[{len(self._outputs)}]")
         self._outputs.append(x)
-        self._warn_axis_order(x, len(self._outputs) - 1)
         return x
 
-    def _warn_axis_order(self, i: NodeId, k: int) -> None:
-        """:class:`AxisOrderWarning` when output ``k`` is a binary op whose first operand has a
-        strict subset of the second's axes and so reorders them (an intermediate like that
-        can still fuse into its consumer; an output cannot)."""
+    def _warn_axis_order(self, i: NodeId) -> None:
+        """:class:`AxisOrderWarning` when binary node ``i``'s first operand has a strict subset
+        of the second's axes and so reorders them."""
         node = self.nodes[i]
-        if node.op not in BINARY_OPS:
-            return
         xa, ya = (self.nodes[a].axes for a in node.args)
         if set(xa) < set(ya) and node.axes != ya:
             fix = {"sub": "write sub(a, b) as add(neg(b), a)",
                    "div": "write div(a, b) as mul(recip(b), a)"}.get(
                        node.op, "write the larger operand first")
             warnings.warn(AxisOrderWarning(
-                f"outputs[{k}] (nodes[{i}]): {node.op} of axes {list(xa)} and {list(ya)} "
-                f"orders it {list(node.axes)} (the first operand's axes lead), an output no "
-                f"kernel family writes from {list(ya)} operands, so no plan lowers it; {fix} "
-                f"to keep {list(ya)}"), stacklevel=3)
+                f"nodes[{i}]: {node.op} of axes {list(xa)} and {list(ya)} orders its result "
+                f"{list(node.axes)} (the first operand's axes lead); no kernel family reads or "
+                f"writes a tensor in another order than its axes', so plans through this node "
+                f"do not lower ('superopt derive' lists what does); {fix} to keep "
+                f"{list(ya)}"), stacklevel=4)
 
     def build(self) -> Graph:
         """The checked graph. Raises :class:`MissingOutputError` if no output was set."""
