@@ -18,7 +18,7 @@ Example::
 Node order is part of the wire format (golden vectors): the Lean DSL and this one build
 the five workloads' nodes in the same order.
 
-Owns: the builder. Imports only the graph and the op table.
+Owns: the builder. Imports only the graph.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Callable, Sequence
 
 from ..errors import DanglingNodeError
 from .dag import Axis, Graph, Node, NodeId, infer_axes
-from .ops import BINARY_OPS
 
 SUM = "sum"
 MAX = "max"
