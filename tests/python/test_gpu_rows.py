@@ -197,6 +197,22 @@ def _builds() -> list[Build]:
               _fused(residual_rmsnorm(m=100, d=4097), "fuse_rows"), inputs={"gamma": (1.0, 0.1)}),
         Build("residual-rmsnorm-bf16", residual_rmsnorm(m=64, d=1000),
               _one_kernel(residual_rmsnorm(m=64, d=1000), "d"), dtype="bfloat16"),
+        # staged 16-byte stores and a full-occupancy register target: two outputs of a ragged
+        # width (the staged tile's padding is never stored), bf16, a warp per row
+        Build("residual-rmsnorm-staged-occupancy", residual_rmsnorm(m=100, d=4097),
+              _fused(residual_rmsnorm(m=100, d=4097), "fuse_rows"),
+              config={"k0.block_rows": 1, "k0.block_cols": 4352, "k0.threads": 256,
+                      "k0.blocks_per_sm": 8, "k0.stage_stores": True},
+              inputs={"gamma": (1.0, 0.1)}),
+        Build("residual-rmsnorm-staged-bf16", residual_rmsnorm(m=64, d=1000),
+              _one_kernel(residual_rmsnorm(m=64, d=1000), "d"), dtype="bfloat16",
+              config={"k0.block_rows": 1, "k0.block_cols": 1024, "k0.threads": 128,
+                      "k0.stage_stores": True}),
+        Build("layernorm-warp-rows-occupancy", layernorm(t=101, d=700),
+              _fused(layernorm(t=101, d=700), "fuse_rows"),
+              config={"k0.block_rows": 8, "k0.block_cols": 768, "k0.threads": 256,
+                      "k0.row_chunk": 256, "k0.blocks_per_sm": 8, "k0.stage_stores": True},
+              inputs={"X": (300.0, 1.0), "gamma": (1.0, 0.1)}),
         # several outputs of one row-fused kernel, and an empty row (sum 0, max -inf)
         Build("row-stats", _row_stats(77, 300), _one_kernel(_row_stats(77, 300), "d"),
               reduced=True),

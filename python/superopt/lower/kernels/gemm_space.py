@@ -49,13 +49,13 @@ _TILE_OVERHEAD_CLK = 3000
 _PROLOGUE_SERIAL_BYTES_PER_CLK = 108
 #: How fast a "ws" producer warpgroup sums the squares of A's rows, bytes of A per clock,
 #: charged per K step beside the shared-memory traffic (which alone predicts +12 %).
-#: Calibrated on the H200 (bench/results/2026-12-02c-session, ref_rmsnorm): the one-kernel
-#: RMSNorm GEMM 1024x4096 @ 4096x4096, "ws" 128x256x64, 3 stages, cluster 2, ran 63.2 us
-#: against about 48 us for the same GEMM without the statistic (1.32x). That kernel summed
-#: each row in one chain of 64 dependent FMAs per K step (its SASS), which delays the
-#: producer's next TMA issue; the producer now keeps eight independent partial sums, not
-#: yet measured, so this figure is an upper bound until it is re-calibrated.
-_WS_SUMSQ_SERIAL_BYTES_PER_CLK = 73
+#: Calibrated on the H200 (bench/results/2026-12-02d-session/variants/ref_rmsnorm.json): the
+#: one-kernel RMSNorm GEMM 1024x4096 @ 4096x4096, "ws" 128x256x64, 3 stages, cluster 2, with
+#: the producer's eight independent partial sums, ran 55.7 us against 50.9 us for the row
+#: reduction (~3 us) + the same GEMM without the statistic: 1.16x the GEMM, which this
+#: figure reproduces. The first version (one chain of 64 dependent FMAs per K step) ran
+#: 63.2 us (bench/results/2026-12-02c-session), 73 bytes per clock.
+_WS_SUMSQ_SERIAL_BYTES_PER_CLK = 300
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
 _BLOCK_K_CHOICES = (64, 128)

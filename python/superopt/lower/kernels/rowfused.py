@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from ..emit import Lines
 from .row_launch import COL_FIELD, ROW_FIELD
-from .rowfused_spec import (OnlinePair, RowFusedConfig, RowFusedSpec, check_rowfused,
-                            check_rowfused_config, is_resident, rowfused_bytes,
-                            rowfused_grid, rowfused_min_bytes)
+from .rowfused_spec import (STAGE_PREFIX, OnlinePair, RowFusedConfig, RowFusedSpec,
+                            check_rowfused, check_rowfused_config, is_resident,
+                            rowfused_bytes, rowfused_grid, rowfused_min_bytes)
 from .tiling import ceil_div
 
 _NEG_INF = '(-T.infinity("float32"))'
+#: Output dtypes worth staging: 2 bytes, so 8 per 16-byte access (fp32 is stored 16 bytes
+#: per access anyway).
+_STAGED_DTYPES = ("float16", "bfloat16")
 _IDENTITY = {"sum": "0.0", "max": _NEG_INF}
 
 
@@ -91,6 +94,11 @@ class _Writer:
             if self.resident else self.guard
         self.pairs = {p.max_step: p for p in s.online} if not self.resident else {}
         self.skip = {p.sum_step for p in self.pairs.values()}
+        # outputs converted into a register fragment of their dtype, then stored 16 bytes
+        # per access: {output index: dtype}
+        self.staged = {k: dt for k, (kind, _, dt) in enumerate(s.outputs)
+                       if c.stage_stores and self.resident and s.cols > 0 and kind == "full"
+                       and dt in _STAGED_DTYPES}
         self.e = Lines()
 
     def text(self) -> str:
@@ -116,6 +124,8 @@ class _Writer:
             with e.indent():
                 e(f"with T.Kernel({rowfused_grid(s, c)[0]}, threads={c.threads}) as bx:")
                 with e.indent():
+                    if c.blocks_per_sm:
+                        e(f"T.annotate_min_blocks_per_sm({c.blocks_per_sm})")
                     body = len(e.lines)
                     self._allocate()
                     if self.resident and s.cols > 0:
@@ -155,6 +165,8 @@ class _Writer:
                 e(f'{name} = T.alloc_fragment({tile}, "float32")')
         for st in s.steps:
             e(f'{st.name} = T.alloc_fragment(({self.br},), "float32")')
+        for k, dt in self.staged.items():
+            e(f'{STAGE_PREFIX}{k} = T.alloc_fragment({tile}, "{dt}")')
 
     def _load(self) -> None:
         s, e = self.s, self.e
@@ -246,14 +258,22 @@ class _Writer:
         full = [(n, x, dt) for n, (kind, x, dt) in outs if kind == "full"]
         rows = [(n, x, dt) for n, (kind, x, dt) in outs if kind == "row"]
         if full and s.cols > 0:
+            names = s.output_names()
+            staged = {names[k]: f"{STAGE_PREFIX}{k}[{self.ij}]" for k in self.staged}
+            if staged:  # converted in registers (no guard: padding is never stored)
+                levels = self._chunks()
+                for n, x, dt in full:
+                    if n in staged:
+                        e(f'{staged[n]} = T.Cast("{dt}", {x.format(**self.elem_fields)})')
+                self._close(levels)
             levels = self._chunks()
             if self.guard:
                 e(f"if {self.guard}:")
                 e.indent()
                 levels += 1
             for n, x, dt in full:
-                e(f'{n}[{self.row}, {self.col}] = T.Cast("{dt}", '
-                  f'{x.format(**self.elem_fields)})')
+                value = staged.get(n) or f'T.Cast("{dt}", {x.format(**self.elem_fields)})'
+                e(f'{n}[{self.row}, {self.col}] = {value}')
             self._close(levels)
         if rows:
             e(f"for i in T.Parallel({self.br}):")

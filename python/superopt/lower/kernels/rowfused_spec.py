@@ -52,6 +52,11 @@ from .tiling import ceil_div, round_up
 
 #: Names the generated kernel uses itself (beside :func:`.rowwise.check_name`'s).
 _OWN = {"acc", "acc_m", "acc_s", "acc_v", "acc_n", "acc_r"}
+#: Prefix of the staging fragments of a resident tile's outputs (``acc_o0``, ``acc_o1``, ...).
+STAGE_PREFIX = "acc_o"
+#: Threads an SM holds at once (Hopper), and blocks.
+MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32
 #: Elements per thread above which a resident row is not considered (fragment size).
 MAX_RESIDENT_ELEMENTS = 64
 #: Registers a thread needs beside its fragments (indices, addresses, reduction scratch):
@@ -137,12 +142,24 @@ class RowFusedConfig:
             of one chunk: ``row_chunk = 8 * 32`` with ``threads = 32 * block_rows`` gives each
             row one warp, whose reductions are warp shuffles with no barrier. 0: one chunk
             (``[block_rows, block_cols]``, the threads of a row spread over the tile).
+        blocks_per_sm: an occupancy target: ``__launch_bounds__(threads, blocks_per_sm)``
+            (``T.annotate_min_blocks_per_sm``), so that ptxas caps each thread's registers
+            at what that many blocks leave (it may spill a few words to local memory). 0:
+            no target (ptxas takes the registers it likes; a 256-thread block using 33–40
+            of them leaves room for 6 blocks, not 8).
+        stage_stores: resident only: each 16-bit full output is converted into a register
+            fragment of its dtype first and stored from there, so that a thread writes 8
+            contiguous fp16/bf16 elements in one 16-byte access (storing the fp32
+            expression directly gives 8-byte accesses: TileLang vectorises a loop by its
+            widest dtype).
     """
 
     block_rows: int
     block_cols: int
     threads: int
     row_chunk: int = 0
+    blocks_per_sm: int = 0
+    stage_stores: bool = False
 
 
 #: Columns of a warp-per-row chunk: 32 lanes of 8 elements (one 16-byte fp16 access each).
@@ -210,10 +227,11 @@ def check_rowfused(spec: RowFusedSpec) -> None:
         if st.op not in ("sum", "max", "row"):
             raise LoweringError(f"step {st.name!r} op must be sum, max or row, got {st.op!r}")
         names.append(st.name)
-    own = [n for n in names if n in _OWN or n.endswith("_f") and n[:-2] in names]
+    own = [n for n in names if n in _OWN or n.endswith("_f") and n[:-2] in names
+           or n.startswith(STAGE_PREFIX)]
     if own or len(set(names)) != len(names):
         raise LoweringError(f"input and step names must be distinct and not the kernel's own "
-                            f"(acc*, <input>_f): {names}")
+                            f"(acc*, <input>_f, {STAGE_PREFIX}*): {names}")
     if not s.outputs:
         raise LoweringError("a row-fused kernel writes at least one output")
     kinds = {n: kind for n, kind, _ in s.inputs}
@@ -262,11 +280,22 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
     if not isinstance(cfg, RowFusedConfig):
         raise LoweringError(f"a row-fused kernel takes a RowFusedConfig, got "
                             f"{type(cfg).__name__}")
-    for field in ("block_rows", "block_cols", "threads", "row_chunk"):
+    for field in ("block_rows", "block_cols", "threads", "row_chunk", "blocks_per_sm"):
         v = getattr(cfg, field)
         if isinstance(v, bool) or not isinstance(v, int):  # bool is no size here
             raise LoweringError(f"row-fused config {field} must be an integer, got {v!r}")
+    if not isinstance(cfg.stage_stores, bool):
+        raise LoweringError(f"row-fused config stage_stores must be a bool, got "
+                            f"{cfg.stage_stores!r}")
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
+    n = cfg.blocks_per_sm
+    if n and not (0 < n <= MAX_BLOCKS_PER_SM and n * cfg.threads <= MAX_THREADS_PER_SM):
+        raise LoweringError(f"blocks_per_sm {n} must be 0 (no target) or 1..{MAX_BLOCKS_PER_SM}"
+                            f" with blocks_per_sm * threads <= {MAX_THREADS_PER_SM} "
+                            f"(threads {cfg.threads})")
+    if cfg.stage_stores and not is_resident(spec, cfg):
+        raise LoweringError(f"stage_stores needs a resident row tile (block_cols "
+                            f"{cfg.block_cols} >= cols {spec.cols})")
     check_grid(rowfused_grid(spec, cfg), f"row-fused kernel {spec.name}")
     b = cfg.block_cols
     if cfg.row_chunk:
@@ -370,8 +399,10 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[Ro
     up to the chunk); each kept when the registers fit (:func:`check_rowfused_config`) and,
     where some tile pads the row at most 2x, only those. When no
     resident tile fits (long rows: about 16384 fp16 elements for one input), streamed
-    candidates: chunks of 512–4096 columns, 4–16 elements per thread. A kernel of an empty
-    output (``rows = 0``) gets the space of one row (it is never launched).
+    candidates: chunks of 512–4096 columns, 4–16 elements per thread. Each candidate comes as
+    :func:`occupancy_variants` gives it: staged stores where they apply, then its
+    full-occupancy twin. A kernel of an empty output (``rows = 0``) gets the space of one row
+    (it is never launched).
 
     Raises:
         LoweringError: a negative extent.
@@ -409,7 +440,32 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[Ro
                     if bc < s.cols and 4 <= e <= 16 and _valid(probe, cfg):
                         cands.append(cfg)
     cands.sort(key=lambda c: rowfused_cost(probe, c))
+    cands = [v for c in cands for v in occupancy_variants(probe, c)]
     return cands if limit is None else cands[:limit]
+
+
+def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFusedConfig]:
+    """``cfg`` as the search tries it, then its full-occupancy twin (``blocks_per_sm =
+    2048 / threads``), each valid and distinct.
+
+    The first has ``stage_stores`` where it applies to an unchunked tile (resident, a 16-bit
+    full output, ``row_chunk`` 0): measured on the H200
+    (``bench/results/2026-12-02d-session/``) it never lost and took residual + RMSNorm
+    4096x4096 from 45.5 to 34.7 µs. A warp-per-row tile already stores 16 bytes per access
+    (TileLang converts through a local buffer), and staging it beside the occupancy target
+    cost LayerNorm 8192x768 a third (8.5 → 11.8 µs). The occupancy target helped that
+    LayerNorm (9.0 → 8.5 µs: ptxas's 64 registers left 4 blocks of 256 threads per SM, the
+    target 32 with 8 bytes spilled) and softmax 32x512x4096 (80.9 → 78.4 µs staged), and
+    cost an unstaged residual + RMSNorm 2 %; the search measures both."""
+    stage = (is_resident(spec, cfg) and spec.cols > 0 and not cfg.row_chunk
+             and any(kind == "full" and dt in ("float16", "bfloat16")
+                     for kind, _, dt in spec.outputs))
+    first = RowFusedConfig(cfg.block_rows, cfg.block_cols, cfg.threads, cfg.row_chunk,
+                           cfg.blocks_per_sm, cfg.stage_stores or stage)
+    full = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // cfg.threads)
+    twin = RowFusedConfig(first.block_rows, first.block_cols, first.threads, first.row_chunk,
+                          full, first.stage_stores)
+    return [v for v in dict.fromkeys((first, twin)) if _valid(spec, v)]
 
 
 def _pow2(n: int) -> int:
