@@ -750,6 +750,44 @@ def test_staged_stores_and_the_occupancy_target(tmp_path):
     lower(tmp_path, text, kr.spec.name)
 
 
+def test_occupancy_variants_only_where_they_can_help():
+    """Staging is offered only where every full input and output is 16-bit (an fp32 one keeps
+    the store loop at 4 lanes: the stores stay 8 bytes), the full-occupancy twin only where
+    the tile's fragments are near the 32 registers it leaves (rows of 16384 spilled a
+    kilobyte), and neither for an empty row."""
+    from superopt.lower.kernels.rowfused_spec import occupancy_variants
+
+    cfg = RowFusedConfig(1, 4096, 256)
+    mixed = RowFusedSpec(64, 4096, (("x", "full", "float16"),), (RowStep("s", "sum", "{x}"),),
+                         (("full", "({x} / {s})", "float16"), ("full", "({x} * {s})", "float32")))
+    assert [v.stage_stores for v in occupancy_variants(mixed, cfg)] == [False, False]
+    wide_in = RowFusedSpec(64, 4096, (("x", "full", "float32"),), (RowStep("s", "sum", "{x}"),),
+                           (("full", "({x} / {s})", "bfloat16"),))
+    assert not occupancy_variants(wide_in, cfg)[0].stage_stores
+    assert occupancy_variants(softmax_spec(64, 4096), cfg) == [
+        RowFusedConfig(1, 4096, 256, 0, 0, True), RowFusedConfig(1, 4096, 256, 0, 8, True)]
+    long_rows = softmax_spec(64, 16384)
+    assert occupancy_variants(long_rows, RowFusedConfig(1, 16384, 256)) == [
+        RowFusedConfig(1, 16384, 256, 0, 0, True)]
+    assert not any(c.blocks_per_sm for c in rowfused_config_space(long_rows, limit=None)
+                   if c.block_cols >= 16384 and c.threads == 256)
+    empty = RowFusedSpec(13, 0, (("x", "full", "float16"),), (), (("full", "{x}", "float16"),))
+    assert all(not c.blocks_per_sm and not c.stage_stores
+               for c in rowfused_config_space(empty, limit=None))
+
+
+def test_a_bad_row_config_names_its_kernel():
+    from residual_rmsnorm import residual_rmsnorm
+
+    g = residual_rmsnorm(m=8, d=64)
+    m = next(m for m in (match_plan(d.plan) for d in derive_all(g))
+             if [k.family for k in m.kernels] == ["rowfused"])
+    flat = dict(config_space(m)[0], **{"k0.stage_stores": "true"})
+    with pytest.raises(LoweringError, match="stage_stores must be a bool") as e:
+        lower_plan(m, flat)
+    assert e.value.path == "config.k0"
+
+
 def test_stage_fragment_names_are_the_kernels_own():
     spec = RowFusedSpec(4, 64, (("acc_o0", "full", "float16"),), (),
                         (("full", "{acc_o0}", "float16"),))

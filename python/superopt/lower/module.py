@@ -107,7 +107,13 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     lines += [f"DTYPE = {dtype!r}", ""]
     for kl, cfg in zip(kls_run, configs):
         lines.append(f"# kernel {kl.index}: {kl.family}, config {asdict(cfg)}")
-        lines.append(FAMILIES[kl.family].source(kl.spec, cfg).rstrip())
+        try:
+            text = FAMILIES[kl.family].source(kl.spec, cfg)
+        except LoweringError as e:  # locate it: which kernel's configuration or spec
+            if e.path:
+                raise
+            raise LoweringError(e.message, path=f"config.k{kl.index}") from None
+        lines.append(text.rstrip())
         lines.append("")
     if empty:
         lines += [f"# the outputs {list(g.output_shapes)!r} are empty: no kernel to compile or "

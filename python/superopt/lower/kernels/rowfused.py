@@ -20,15 +20,12 @@ from __future__ import annotations
 
 from ..emit import Lines
 from .row_launch import COL_FIELD, ROW_FIELD
-from .rowfused_spec import (STAGE_PREFIX, OnlinePair, RowFusedConfig, RowFusedSpec,
+from .rowfused_spec import (STAGE_PREFIX, STAGED_DTYPES, OnlinePair, RowFusedConfig, RowFusedSpec,
                             check_rowfused, check_rowfused_config, is_resident,
                             rowfused_bytes, rowfused_grid, rowfused_min_bytes)
 from .tiling import ceil_div
 
 _NEG_INF = '(-T.infinity("float32"))'
-#: Output dtypes worth staging: 2 bytes, so 8 per 16-byte access (fp32 is stored 16 bytes
-#: per access anyway).
-_STAGED_DTYPES = ("float16", "bfloat16")
 _IDENTITY = {"sum": "0.0", "max": _NEG_INF}
 
 
@@ -98,7 +95,7 @@ class _Writer:
         # per access: {output index: dtype}
         self.staged = {k: dt for k, (kind, _, dt) in enumerate(s.outputs)
                        if c.stage_stores and self.resident and s.cols > 0 and kind == "full"
-                       and dt in _STAGED_DTYPES}
+                       and dt in STAGED_DTYPES}
         self.e = Lines()
 
     def text(self) -> str:

@@ -57,6 +57,13 @@ STAGE_PREFIX = "acc_o"
 #: Threads an SM holds at once (Hopper), and blocks.
 MAX_THREADS_PER_SM = 2048
 MAX_BLOCKS_PER_SM = 32
+#: Output dtypes a staged store writes 16 bytes at a time (8 elements per access).
+STAGED_DTYPES = ("float16", "bfloat16")
+#: The full-occupancy twin is offered when the tile's estimated fragment registers are at
+#: most this multiple of what full occupancy leaves a thread (32 at 2048 threads): LayerNorm
+#: 8192x768 estimates 44 and ptxas fit it in 32 with 8 bytes spilled (faster on the H200);
+#: softmax rows of 16384 estimate 96 and spilled a kilobyte (ptxas -v).
+TWIN_FRAGMENT_FACTOR = 1.5
 #: Elements per thread above which a resident row is not considered (fragment size).
 MAX_RESIDENT_ELEMENTS = 64
 #: Registers a thread needs beside its fragments (indices, addresses, reduction scratch):
@@ -449,23 +456,33 @@ def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFused
     2048 / threads``), each valid and distinct.
 
     The first has ``stage_stores`` where it applies to an unchunked tile (resident, a 16-bit
-    full output, ``row_chunk`` 0): measured on the H200
+    full output and no fp32 full input or output, ``row_chunk`` 0): measured on the H200
     (``bench/results/2026-12-02d-session/``) it never lost and took residual + RMSNorm
     4096x4096 from 45.5 to 34.7 µs. A warp-per-row tile already stores 16 bytes per access
     (TileLang converts through a local buffer), and staging it beside the occupancy target
     cost LayerNorm 8192x768 a third (8.5 → 11.8 µs). The occupancy target helped that
     LayerNorm (9.0 → 8.5 µs: ptxas's 64 registers left 4 blocks of 256 threads per SM, the
     target 32 with 8 bytes spilled) and softmax 32x512x4096 (80.9 → 78.4 µs staged), and
-    cost an unstaged residual + RMSNorm 2 %; the search measures both."""
+    cost an unstaged residual + RMSNorm 2 %. The twin is left out for an empty row and where
+    the tile's fragments need well over the 32 registers full occupancy leaves
+    (:data:`TWIN_FRAGMENT_FACTOR`); the search measures both."""
+    full_dtypes = [dt for _, kind, dt in spec.inputs if kind == "full"] + \
+        [dt for kind, _, dt in spec.outputs if kind == "full"]
+    # an fp32 full input or output keeps the store loop at 4 lanes (TileLang vectorises a
+    # tile's loops at their widest dtype), so staging would buy nothing there
     stage = (is_resident(spec, cfg) and spec.cols > 0 and not cfg.row_chunk
-             and any(kind == "full" and dt in ("float16", "bfloat16")
-                     for kind, _, dt in spec.outputs))
+             and any(kind == "full" for kind, _, _ in spec.outputs)
+             and all(dt in STAGED_DTYPES for dt in full_dtypes))
     first = RowFusedConfig(cfg.block_rows, cfg.block_cols, cfg.threads, cfg.row_chunk,
                            cfg.blocks_per_sm, cfg.stage_stores or stage)
+    variants = [first]
     full = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // cfg.threads)
-    twin = RowFusedConfig(first.block_rows, first.block_cols, first.threads, first.row_chunk,
-                          full, first.stage_stores)
-    return [v for v in dict.fromkeys((first, twin)) if _valid(spec, v)]
+    fragments = register_estimate(spec, first) - REGISTER_OVERHEAD
+    cap = HOPPER.regs_per_sm // (full * cfg.threads)
+    if spec.cols > 0 and fragments <= TWIN_FRAGMENT_FACTOR * cap:
+        variants.append(RowFusedConfig(first.block_rows, first.block_cols, first.threads,
+                                       first.row_chunk, full, first.stage_stores))
+    return [v for v in dict.fromkeys(variants) if _valid(spec, v)]
 
 
 def _pow2(n: int) -> int:
