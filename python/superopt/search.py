@@ -139,6 +139,17 @@ class Plans:
         return out
 
 
+def _natural_exps(plan) -> int:
+    """How many ``exp`` nodes (base e) the plan computes: the tie-break between plans the
+    roofline estimate prices alike. A row kernel lowers ``exp`` to CUDA's accurate ``expf``
+    and ``exp2`` (the ``exp_to_exp2`` rule's form) to a few instructions around
+    ``ex2.approx``: the same softmax kernel ran 81.5 µs with ``exp`` and 72.3 µs with
+    ``exp2`` on the H200 (``bench/results/2026-12-02d-session/softmax``), a gap the byte
+    count does not see."""
+    g = plan.graph
+    return sum(1 for i in g.live_nodes() if g.nodes[i].op == "exp")
+
+
 #: Distinct reasons why plans did not lower that a search with no lowerable plan reports.
 _UNLOWERABLE_SHOWN = 3
 
@@ -250,16 +261,17 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
         try:
-            scored.append((estimate_us(m), len(matched), d, m, m.spec_key()))
+            scored.append((estimate_us(m), _natural_exps(d.plan), len(matched), d, m,
+                           m.spec_key()))
         except Exception as e:  # noqa: BLE001 - the estimate of this plan only
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
         matched.append((d, m))
     matching.info = f"{len(matched)} lowerable"
     matching.close()
-    scored.sort(key=lambda t: (t[0], t[1]))
+    scored.sort(key=lambda t: t[:3])
     unique, seen_specs = [], set()
-    for est, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
+    for est, _, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
         if key not in seen_specs:
             seen_specs.add(key)
             unique.append((est, d, m))
