@@ -9,7 +9,9 @@ those families (``+``-joined, e.g. ``rowfused`` or ``rowreduce+gemm``), at its b
 configuration overridden by the partial config (``KEY`` as
 :func:`superopt.lower.config.complete_config` takes it: ``k1.schedule`` or a bare field of the
 dominant kernel; values parsed as int, ``true``/``false`` or text), e.g.
-``rowfused:blocks_per_sm=8,stage_stores=true``.
+``rowfused:blocks_per_sm=8,stage_stores=true``. The best-ranked configuration is the
+search's first, with its own choices of every field (a row tile's first is already staged
+where that applies): give the fields a comparison is about explicitly in every variant.
 
 Every variant is lowered here, compiled in the pool, checked against the float64 reference
 and timed with the peers named, interleaved in randomised order, ``--rounds`` rounds in each
@@ -115,6 +117,9 @@ def main() -> int:
         rows[i]["compile"] = o.status if o.status == "ok" else f"{o.status}: {o.error[:200]}"
     ok = [c for i, c in enumerate(cands) if outcomes[i].status == "ok"]
     print(f"compiled {len(ok)}/{len(cands)} in {time.time() - t0:.0f} s", flush=True)
+    if outcomes[0].status != "ok":
+        raise SystemExit(f"the first variant (the reference of every ratio) did not compile: "
+                         f"{rows[0]['compile']}")
     peers = [p for p in a.peers.split(",") if p]
     with Session(g, dtype=a.dtype) as s:
         comp = s.compare(ok, peers, rounds=a.rounds, processes=a.processes)
@@ -123,20 +128,27 @@ def main() -> int:
     for name, ts in comp.times_us.items():
         good = [t for t in ts if t is not None]
         ratios = [b / t for b, t in zip(base, ts) if b is not None and t is not None]
-        entry = {"subject": name, "times_us": ts,
+        entry = {"subject": name, "times_us": ts, "rounds": f"{len(good)}/{len(ts)}",
                  "median_us": statistics.median(good) if good else None,
                  "vs_v0": _quartiles(ratios) if ratios else None}
         entry.update(next((r for r in rows if r["subject"] == name), {}))
         table.append(entry)
+    for r in rows:  # variants that did not compile: listed, never timed
+        if r["subject"] not in comp.times_us:
+            table.append({**r, "times_us": [], "rounds": "0/0", "median_us": None,
+                          "vs_v0": None})
     table.sort(key=lambda r: r["median_us"] if r["median_us"] is not None else float("inf"))
     print(f"\n{g.name} {dict(g.sizes) if hasattr(g, 'sizes') else ''} {a.dtype}: "
           f"{a.rounds} rounds x {a.processes} processes")
-    print(f"{'subject':10} {'median µs':>10}  {'v0/it (IQR)':24} variant")
+    print(f"{'subject':10} {'median µs':>10} {'rounds':>7}  {'v0/it (IQR)':24} variant")
     for r in table:
         q = r["vs_v0"]
         qs = f"{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})" if q else "-"
         med = f"{r['median_us']:.1f}" if r["median_us"] is not None else "failed"
-        print(f"{r['subject']:10} {med:>10}  {qs:24} {r.get('variant', '(peer)')}")
+        what = r.get("variant", "(peer)")
+        if r.get("compile", "ok") != "ok":
+            what += f"  [{r['compile'][:60]}]"
+        print(f"{r['subject']:10} {med:>10} {r['rounds']:>7}  {qs:24} {what}")
     if a.out:
         import torch
         import tilelang

@@ -145,7 +145,8 @@ def _natural_exps(plan) -> int:
     and ``exp2`` (the ``exp_to_exp2`` rule's form) to a few instructions around
     ``ex2.approx``: the same softmax kernel ran 81.5 µs with ``exp`` and 72.3 µs with
     ``exp2`` on the H200 (``bench/results/2026-12-02d-session/softmax``), a gap the byte
-    count does not see."""
+    count does not see. It breaks exact ties only (memory-bound plans moving the same bytes
+    price to the same float)."""
     g = plan.graph
     return sum(1 for i in g.live_nodes() if g.nodes[i].op == "exp")
 

@@ -37,9 +37,10 @@ from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, chec
                                                position_index)
 from superopt.lower.kernels.rowfused import rowfused_source
 from superopt.lower.kernels.rowfused_spec import (OnlinePair, RowFusedConfig, RowFusedSpec,
-                                                  RowStep, is_resident, register_estimate,
-                                                  rowfused_bytes, rowfused_config_space,
-                                                  rowfused_min_bytes, rowfused_passes)
+                                                  RowStep, is_resident, occupancy_variants,
+                                                  register_estimate, rowfused_bytes,
+                                                  rowfused_config_space, rowfused_min_bytes,
+                                                  rowfused_passes)
 from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
                                             elementwise_grid, elementwise_source,
                                             row_config_space, rowreduce_grid, rowreduce_source)
@@ -755,8 +756,6 @@ def test_occupancy_variants_only_where_they_can_help():
     the store loop at 4 lanes: the stores stay 8 bytes), the full-occupancy twin only where
     the tile's fragments are near the 32 registers it leaves (rows of 16384 spilled a
     kilobyte), and neither for an empty row."""
-    from superopt.lower.kernels.rowfused_spec import occupancy_variants
-
     cfg = RowFusedConfig(1, 4096, 256)
     mixed = RowFusedSpec(64, 4096, (("x", "full", "float16"),), (RowStep("s", "sum", "{x}"),),
                          (("full", "({x} / {s})", "float16"), ("full", "({x} * {s})", "float32")))
@@ -774,6 +773,22 @@ def test_occupancy_variants_only_where_they_can_help():
     empty = RowFusedSpec(13, 0, (("x", "full", "float16"),), (), (("full", "{x}", "float16"),))
     assert all(not c.blocks_per_sm and not c.stage_stores
                for c in rowfused_config_space(empty, limit=None))
+
+
+def test_staged_outputs_count_in_the_register_estimate():
+    """Each staged 16-bit output holds E/2 registers from its conversion to its store: two
+    fp16 outputs of 32 elements a thread add 32, so a tile that fit the budget unstaged can
+    be refused staged (residual + RMSNorm rows of 8192 at 1024 threads, 2 rows a block)."""
+    two = RowFusedSpec(8, 8192, (("x", "full", "float16"), ("r", "full", "float16")),
+                       (RowStep("s", "sum", "({x} + {r})"),),
+                       (("full", "({x} + {r})", "float16"), ("full", "({x} / {s})", "float16")))
+    plain, staged = RowFusedConfig(2, 8192, 1024), RowFusedConfig(2, 8192, 1024,
+                                                                  stage_stores=True)
+    assert register_estimate(two, staged) == register_estimate(two, plain) + 16
+    rowfused_source(two, plain)
+    with pytest.raises(LoweringError, match="registers"):
+        rowfused_source(two, staged)
+    assert staged not in rowfused_config_space(two, limit=None)
 
 
 def test_a_bad_row_config_names_its_kernel():

@@ -3,10 +3,13 @@ re-ranking, and the record → wire results conversion."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from superopt import wire
 from superopt.derive import derive_all
+from superopt.graphs import load_graph
 from superopt.lower import lowerable, match_plan
 from superopt.lower.target import HOPPER
 from superopt.run.records import CandidateResult, Ceilings, Comparison, PeerResult
@@ -14,6 +17,9 @@ from superopt.record import CandidateRecord, RunRecord
 from superopt.search import (CONTENDER_FACTOR, _apply_comparison, _leaders_first, estimate_us,
                              plan_candidates, results_for_wire)
 from superopt.workloads import WORKLOADS
+
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 
 
 def _matched(g):
@@ -64,13 +70,7 @@ def test_equal_estimates_prefer_exp2(tmp_path):
     """Softmax written with ``exp``: the plans with ``exp`` and with ``exp2`` (the
     ``exp_to_exp2`` rule) move the same bytes, so the roofline prices them alike; the search
     now tries the ``exp2`` plan first (72.3 against 81.5 µs on the H200)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "models"))
-    from softmax import softmax
-
-    g = softmax(h=2, t_q=64, t_kv=1024)
+    g = load_graph(str(MODELS / "softmax.py") + ":softmax", {"h": 2, "t_q": 64, "t_kv": 1024})
     first = plan_candidates(g, budget=2, directory=tmp_path).candidates[0]
     ops = {first.derived.plan.graph.nodes[i].op for i in first.derived.plan.graph.live_nodes()}
     assert "exp2" in ops and "exp" not in ops, ops

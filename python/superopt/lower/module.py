@@ -109,10 +109,9 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         lines.append(f"# kernel {kl.index}: {kl.family}, config {asdict(cfg)}")
         try:
             text = FAMILIES[kl.family].source(kl.spec, cfg)
-        except LoweringError as e:  # locate it: which kernel's configuration or spec
-            if e.path:
-                raise
-            raise LoweringError(e.message, path=f"config.k{kl.index}") from None
+        except LoweringError as e:  # locate it: the kernel whose configuration it refuses
+            e.path = e.path or f"config.k{kl.index}"
+            raise
         lines.append(text.rstrip())
         lines.append("")
     if empty:

@@ -51,9 +51,10 @@ _PROLOGUE_SERIAL_BYTES_PER_CLK = 108
 #: charged per K step beside the shared-memory traffic (which alone predicts +12 %).
 #: Calibrated on the H200 (bench/results/2026-12-02d-session/variants/ref_rmsnorm.json): the
 #: one-kernel RMSNorm GEMM 1024x4096 @ 4096x4096, "ws" 128x256x64, 3 stages, cluster 2, with
-#: the producer's eight independent partial sums, ran 55.7 us against 50.9 us for the row
-#: reduction (~3 us) + the same GEMM without the statistic: 1.16x the GEMM, which this
-#: figure reproduces. The first version (one chain of 64 dependent FMAs per K step) ran
+#: the producer's eight independent partial sums, ran 55.7 us against 50.9 us for the
+#: two-kernel leader (a row reduction, not timed alone, taken as ~3 us from its bytes, then
+#: the GEMM without the statistic at 4 stages with C on the ring): about 1.16x the GEMM,
+#: which this figure reproduces for the 3-stage configuration. The first version (one chain of 64 dependent FMAs per K step) ran
 #: 63.2 us (bench/results/2026-12-02c-session), 73 bytes per clock.
 _WS_SUMSQ_SERIAL_BYTES_PER_CLK = 300
 

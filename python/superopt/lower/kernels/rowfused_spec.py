@@ -151,14 +151,18 @@ class RowFusedConfig:
             (``[block_rows, block_cols]``, the threads of a row spread over the tile).
         blocks_per_sm: an occupancy target: ``__launch_bounds__(threads, blocks_per_sm)``
             (``T.annotate_min_blocks_per_sm``), so that ptxas caps each thread's registers
-            at what that many blocks leave (it may spill a few words to local memory). 0:
-            no target (ptxas takes the registers it likes; a 256-thread block using 33–40
-            of them leaves room for 6 blocks, not 8).
+            at what that many blocks leave, spilling the rest to local memory (not checked
+            against the tile's registers here: the search offers the full-occupancy twin
+            only where it spills a few words, :func:`occupancy_variants`). 0: no target
+            (ptxas takes the registers it likes; a 256-thread block using 33–40 of them
+            leaves room for 6 blocks, not 8).
         stage_stores: resident only: each 16-bit full output is converted into a register
             fragment of its dtype first and stored from there, so that a thread writes 8
             contiguous fp16/bf16 elements in one 16-byte access (storing the fp32
             expression directly gives 8-byte accesses: TileLang vectorises a loop by its
-            widest dtype).
+            widest dtype). A kernel with no 16-bit full output stages nothing; one with an
+            fp32 full input or output keeps 8-byte stores anyway (its loops stay at 4
+            lanes), so the search does not offer it there.
     """
 
     block_rows: int
@@ -184,15 +188,18 @@ def elements_per_thread(cfg: RowFusedConfig) -> int:
 
 def register_estimate(spec: RowFusedSpec, cfg: RowFusedConfig) -> int:
     """32-bit registers a thread needs: its fragments (``E`` elements each: every full
-    input's row tile in its dtype and one fp32 accumulator when resident; four fp32
-    accumulators for an online pair, else one, when streamed) plus
-    :data:`REGISTER_OVERHEAD`."""
+    input's row tile in its dtype, one fp32 accumulator and, with ``stage_stores``, each
+    staged 16-bit output when resident; four fp32 accumulators for an online pair, else
+    one, when streamed) plus :data:`REGISTER_OVERHEAD`."""
     e = elements_per_thread(cfg)
     if is_resident(spec, cfg):
         words = sum(_dtype(dt).itemsize for _, kind, dt in spec.inputs if kind == "full") / 4
         words += 1 if any(s.op != "row" for s in spec.steps) else 0
         if cfg.row_chunk and any(s.op != "row" for s in spec.steps):
             words += cfg.row_chunk / cfg.block_cols  # the chunk-reduced partials, acc_r
+        if cfg.stage_stores and spec.cols > 0:  # acc_o<k>, live from conversion to store
+            words += sum(_dtype(dt).itemsize for kind, _, dt in spec.outputs
+                         if kind == "full" and dt in STAGED_DTYPES) / 4
     else:
         words = 4 if spec.online else 1
     return math.ceil(e * words) + REGISTER_OVERHEAD
@@ -396,7 +403,7 @@ def rowfused_cost(spec: RowFusedSpec, cfg: RowFusedConfig) -> tuple:
             c.block_rows, c.block_cols, c.row_chunk)
 
 
-def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[RowFusedConfig]:
+def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 24) -> list[RowFusedConfig]:
     """Candidate configurations, best first (:func:`rowfused_cost`); deterministic.
 
     Resident candidates (the whole row in registers) for threads 128–1024 and block rows
@@ -408,7 +415,7 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[Ro
     resident tile fits (long rows: about 16384 fp16 elements for one input), streamed
     candidates: chunks of 512–4096 columns, 4–16 elements per thread. Each candidate comes as
     :func:`occupancy_variants` gives it: staged stores where they apply, then its
-    full-occupancy twin. A kernel of an empty output (``rows = 0``) gets the space of one row
+    full-occupancy twin (so the default ``limit`` of 24 covers about 12 tile shapes). A kernel of an empty output (``rows = 0``) gets the space of one row
     (it is never launched).
 
     Raises:
@@ -453,7 +460,7 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 12) -> list[Ro
 
 def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFusedConfig]:
     """``cfg`` as the search tries it, then its full-occupancy twin (``blocks_per_sm =
-    2048 / threads``), each valid and distinct.
+    min(32, 2048 // threads)``), each valid and distinct.
 
     The first has ``stage_stores`` where it applies to an unchunked tile (resident, a 16-bit
     full output and no fp32 full input or output, ``row_chunk`` 0): measured on the H200
