@@ -54,8 +54,8 @@ _PROLOGUE_SERIAL_BYTES_PER_CLK = 108
 #: the producer's eight independent partial sums, ran 55.7 us against 50.9 us for the
 #: two-kernel leader (a row reduction, not timed alone, taken as ~3 us from its bytes, then
 #: the GEMM without the statistic at 4 stages with C on the ring): about 1.16x the GEMM,
-#: which this figure reproduces for the 3-stage configuration. The first version (one chain of 64 dependent FMAs per K step) ran
-#: 63.2 us (bench/results/2026-12-02c-session), 73 bytes per clock.
+#: which this figure reproduces for the 3-stage configuration. The first version (one chain
+#: of 64 dependent FMAs per K step) ran 63.2 us (bench/results/2026-12-02c-session): 73.
 _WS_SUMSQ_SERIAL_BYTES_PER_CLK = 300
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)

@@ -415,8 +415,9 @@ def rowfused_config_space(spec: RowFusedSpec, limit: int | None = 24) -> list[Ro
     resident tile fits (long rows: about 16384 fp16 elements for one input), streamed
     candidates: chunks of 512–4096 columns, 4–16 elements per thread. Each candidate comes as
     :func:`occupancy_variants` gives it: staged stores where they apply, then its
-    full-occupancy twin (so the default ``limit`` of 24 covers about 12 tile shapes). A kernel of an empty output (``rows = 0``) gets the space of one row
-    (it is never launched).
+    full-occupancy twin (so the default ``limit`` of 24 covers about 12 tile shapes). A
+    kernel of an empty output (``rows = 0``) gets the space of one row (it is never
+    launched).
 
     Raises:
         LoweringError: a negative extent.
