@@ -137,6 +137,21 @@ def test_softcap():
     check_graph(_graph(lo=0, softcap=20.0), "float16", _top(2), scale_q=4.0)
 
 
+def test_one_key_tile_and_short_query_tiles():
+    """ViT's 197 tokens at d_h 64: one key tile of 208 and 64-row query tiles (compiled on
+    the CPU without spills, not yet timed), checked against float64 before they are."""
+    g = _graph(b=2, g=3, r=1, tq=197, tkv=197, d=64)
+
+    def pick(space, m):
+        base = dict(space[0], **{"k0.schedule": "ws", "k0.stages": 2, "k0.splits": 1,
+                                 "k0.pack_gqa": False, "k0.lean_producer": False})
+        return [dict(base, **{"k0.block_m": 128, "k0.block_n": 208, "k0.threads": 384,
+                              "k0.pingpong": True}),
+                dict(base, **{"k0.block_m": 64, "k0.block_n": 128, "k0.threads": 256,
+                              "k0.pingpong": False})]
+    check_graph(g, "float16", pick)
+
+
 def test_lean_producer_reference_shape():
     g = _graph(b=1, g=4, r=2, tq=1024, tkv=1024)
     check_graph(g, "float16", _with(lean_producer=True))

@@ -155,6 +155,19 @@ def test_lower_reference_config_space(tmp_path, cfg):
         assert "tl::warpgroup_wait<0>()" in cu
 
 
+def test_one_key_tile_and_short_query_tiles_lower(tmp_path):
+    """ViT's 197 tokens (d_h 64), the two configurations to time next (docs/performance.md):
+    one key tile of 208 keys (13 wgmma k-steps of 16 for PV, no second loop iteration) and
+    64-row query tiles with one consumer warpgroup; both lower to the "ws" schedule."""
+    vit = AttentionSpec(batch=384, tq=197, tkv=197, dqk=64, dv=64)
+    for cfg in (AttentionConfig(block_m=128, block_n=208, stages=2, threads=384),
+                AttentionConfig(block_m=64, block_n=128, stages=2, threads=256,
+                                pingpong=False)):
+        text, cu = _lower(tmp_path, vit, cfg, cfg.label())
+        assert f"__launch_bounds__({cfg.threads}" in cu and "wgmma_ss<" in cu
+        assert f"K_s = T.alloc_shared(({cfg.stages}, {cfg.block_n}, 64)" in text, cfg
+
+
 @pytest.mark.parametrize("name", sorted(EDGE))
 def test_lower_edge_cases(tmp_path, name):
     spec = EDGE[name]

@@ -34,6 +34,8 @@ class Target:
         model_tflops: fp16 tensor-core rate the estimate assumes, TFLOP/s.
         model_tb_per_s: memory bandwidth the estimate assumes, TB/s.
         launch_us: the cost the estimate adds per kernel launch, µs.
+        threads_per_sm: threads one SM holds at once.
+        blocks_per_sm: blocks one SM holds at once.
     """
 
     name: str
@@ -47,6 +49,8 @@ class Target:
     model_tflops: float
     model_tb_per_s: float
     launch_us: float
+    threads_per_sm: int = 2048
+    blocks_per_sm: int = 32
 
     @property
     def compile_target(self) -> dict:
@@ -76,6 +80,8 @@ class Target:
             smem_per_sm_bytes=int(getattr(props, "shared_memory_per_multiprocessor", 0)
                                   or base.smem_per_sm_bytes),
             regs_per_sm=int(getattr(props, "regs_per_multiprocessor", 0) or base.regs_per_sm),
+            threads_per_sm=int(getattr(props, "max_threads_per_multi_processor", 0)
+                               or base.threads_per_sm),
             l2_bytes=int(getattr(props, "L2_cache_size", 0) or base.l2_bytes))
 
 

@@ -54,9 +54,6 @@ from .tiling import ceil_div, round_up
 _OWN = {"acc", "acc_m", "acc_s", "acc_v", "acc_n", "acc_r"}
 #: Prefix of the staging fragments of a resident tile's outputs (``acc_o0``, ``acc_o1``, ...).
 STAGE_PREFIX = "acc_o"
-#: Threads an SM holds at once (Hopper), and blocks.
-MAX_THREADS_PER_SM = 2048
-MAX_BLOCKS_PER_SM = 32
 #: Output dtypes a staged store writes 16 bytes at a time (8 elements per access).
 STAGED_DTYPES = ("float16", "bfloat16")
 #: The full-occupancy twin is offered when the tile's estimated fragment registers are at
@@ -302,11 +299,10 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
         raise LoweringError(f"row-fused config stage_stores must be a bool, got "
                             f"{cfg.stage_stores!r}")
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
-    n = cfg.blocks_per_sm
-    if n and not (0 < n <= MAX_BLOCKS_PER_SM and n * cfg.threads <= MAX_THREADS_PER_SM):
-        raise LoweringError(f"blocks_per_sm {n} must be 0 (no target) or 1..{MAX_BLOCKS_PER_SM}"
-                            f" with blocks_per_sm * threads <= {MAX_THREADS_PER_SM} "
-                            f"(threads {cfg.threads})")
+    n, most, threads = cfg.blocks_per_sm, HOPPER.blocks_per_sm, HOPPER.threads_per_sm
+    if n and not (0 < n <= most and n * cfg.threads <= threads):
+        raise LoweringError(f"blocks_per_sm {n} must be 0 (no target) or 1..{most} with "
+                            f"blocks_per_sm * threads <= {threads} (threads {cfg.threads})")
     if cfg.stage_stores and not is_resident(spec, cfg):
         raise LoweringError(f"stage_stores needs a resident row tile (block_cols "
                             f"{cfg.block_cols} >= cols {spec.cols})")
@@ -484,7 +480,7 @@ def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFused
     first = RowFusedConfig(cfg.block_rows, cfg.block_cols, cfg.threads, cfg.row_chunk,
                            cfg.blocks_per_sm, cfg.stage_stores or stage)
     variants = [first]
-    full = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // cfg.threads)
+    full = min(HOPPER.blocks_per_sm, HOPPER.threads_per_sm // cfg.threads)
     fragments = register_estimate(spec, first) - REGISTER_OVERHEAD
     cap = HOPPER.regs_per_sm // (full * cfg.threads)
     if spec.cols > 0 and fragments <= TWIN_FRAGMENT_FACTOR * cap:
