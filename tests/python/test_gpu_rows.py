@@ -213,6 +213,21 @@ def _builds() -> list[Build]:
               config={"k0.block_rows": 8, "k0.block_cols": 768, "k0.threads": 256,
                       "k0.row_chunk": 256, "k0.blocks_per_sm": 8, "k0.stage_stores": True},
               inputs={"X": (300.0, 1.0), "gamma": (1.0, 0.1)}),
+        # column inputs prefetched into shared memory: a padded ragged width (the padding
+        # repeats the last gain), a warp per row with gain and bias, bf16
+        Build("rmsnorm-4097-prefetch", rmsnorm(t=100, d=4097),
+              _fused(rmsnorm(t=100, d=4097), "fuse_rows"),
+              config={"k0.block_rows": 1, "k0.block_cols": 4352, "k0.threads": 256,
+                      "k0.stage_stores": True, "k0.prefetch_cols": True},
+              inputs={"gamma": (1.0, 0.1)}),
+        Build("layernorm-warp-rows-prefetch", layernorm(t=101, d=700),
+              _fused(layernorm(t=101, d=700), "fuse_rows"),
+              config={"k0.block_rows": 8, "k0.block_cols": 768, "k0.threads": 256,
+                      "k0.row_chunk": 256, "k0.blocks_per_sm": 8, "k0.prefetch_cols": True},
+              inputs={"X": (300.0, 1.0), "gamma": (1.0, 0.1)}),
+        Build("layernorm-prefetch-bf16", ln, _fused(ln, "fuse_rows"), dtype="bfloat16",
+              config={"k0.block_rows": 2, "k0.block_cols": 1024, "k0.threads": 256,
+                      "k0.prefetch_cols": True}, inputs={"gamma": (1.0, 0.1)}),
         # several outputs of one row-fused kernel, and an empty row (sum 0, max -inf)
         Build("row-stats", _row_stats(77, 300), _one_kernel(_row_stats(77, 300), "d"),
               reduced=True),

@@ -108,6 +108,25 @@ def test_config_space_reference():
     assert attention_smem_bytes(REF, WS_PP) == 160 * 1024  # Q 32K (reused for O) + 2 x (K 32K + V 32K)
 
 
+def test_short_sequences_prefer_two_blocks_per_sm():
+    """ViT-B/16 (384 heads x 197 tokens, d 64): two key tiles per block leave the ping-pong
+    schedule's fill and drain exposed. Measured on the H200 (2026-12-02,
+    bench/explore/time_configs.py): 128-row ping-pong 30.7 µs, 64-row blocks two per SM 25.7
+    µs (cuDNN 25.8). The cost model (FILL_KEYS) orders them so; long sequences keep the
+    ping-pong tile first."""
+    from superopt.lower.kernels.attention_space import attention_cost, ws_blocks_per_sm
+
+    vit = AttentionSpec(batch=384, tq=197, tkv=197, dqk=64, dv=64)
+    space = attention_config_space(vit)
+    first = space[0]
+    assert (first.block_m, first.block_n, first.schedule) == (64, 128, "ws")
+    assert ws_blocks_per_sm(vit, first) == 2
+    pp = next(c for c in space if c.block_m == 128 and c.block_n == 128 and c.pingpong)
+    ratio = attention_cost(vit, first) / attention_cost(vit, pp)
+    assert 0.80 < ratio < 0.88, ratio  # 25.7 / 30.7 = 0.837 measured
+    assert attention_config_space(REF)[0] == WS_PP
+
+
 def test_config_space_edges():
     for name, spec in EDGE.items():
         space = attention_config_space(spec)

@@ -12,6 +12,7 @@ row when resident, guards where sizes are ragged). Values are checked on the GPU
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 import math
 import os
 import re
@@ -38,7 +39,8 @@ from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, chec
 from superopt.lower.kernels.rowfused import rowfused_source
 from superopt.lower.kernels.rowfused_spec import (OnlinePair, RowFusedConfig, RowFusedSpec,
                                                   RowStep, is_resident, occupancy_variants,
-                                                  register_estimate, rowfused_bytes,
+                                                  prefetch_bytes, register_estimate,
+                                                  rowfused_bytes,
                                                   rowfused_config_space, rowfused_min_bytes,
                                                   rowfused_passes)
 from superopt.lower.kernels.rowwise import (ElementwiseSpec, RowConfig, RowReduceSpec,
@@ -733,14 +735,15 @@ def test_staged_stores_and_the_occupancy_target(tmp_path):
     assert sorted(stores) == [("uint4", "Out"), ("uint4", "Out1")], stores
     # the search tries the staged tile first, then its full-occupancy twin
     space = kernel_config_space(kl)
-    assert space[:2] == [RowFusedConfig(1, 4096, 256, 0, 0, True),
-                         RowFusedConfig(1, 4096, 256, 0, 8, True)], space[:2]
+    # (the gain prefetched into shared memory: see test_column_inputs_prefetched)
+    assert space[:2] == [RowFusedConfig(1, 4096, 256, 0, 0, True, True),
+                         RowFusedConfig(1, 4096, 256, 0, 8, True, True)], space[:2]
     # a warp-per-row tile is not staged (TileLang already stores it 16 bytes at a time)
     ln = layernorm_spec(8192, 768)
     first, twin = rowfused_config_space(ln)[:2]
     assert first.row_chunk and not first.stage_stores and not first.blocks_per_sm
     assert twin == RowFusedConfig(first.block_rows, first.block_cols, first.threads,
-                                  first.row_chunk, 2048 // first.threads, False)
+                                  first.row_chunk, 2048 // first.threads, False, True)
     # a ragged width stores the staged tile under the column guard only
     rag = residual_rmsnorm(m=100, d=4097)
     kr = next(k for d in derive_all(rag) for k in match_plan(d.plan).kernels
@@ -749,6 +752,42 @@ def test_staged_stores_and_the_occupancy_target(tmp_path):
     text = rowfused_source(kr.spec, RowFusedConfig(1, 4352, 256, stage_stores=True))
     assert "if j < 4097:" in text and "Out[bx * 1 + i, j] = acc_o0[i, j]" in text
     lower(tmp_path, text, kr.spec.name)
+
+
+def test_column_inputs_prefetched(tmp_path):
+    """LayerNorm's gain and bias read directly are loaded by the store loop, after both
+    reductions: a second memory latency after the row tile's. Prefetched, each is copied
+    into shared memory right after the tile's loads are issued (a padded width repeats the
+    last column), and the store loop reads shared memory; one barrier, before that loop."""
+    ln = layernorm_spec(64, 768)
+    cfg = RowFusedConfig(8, 768, 256, 256, 8)
+    direct, _ = lower(tmp_path, rowfused_source(ln, cfg), ln.name)
+    assert _reads_before_first_reduction(direct, "g")[1] > 0  # loaded by the store loop
+    assert "__syncthreads" not in direct  # a warp per row: shuffles only
+    src = rowfused_source(ln, replace(cfg, prefetch_cols=True))
+    assert 'g_s = T.alloc_shared((768,), "float16")' in src
+    assert src.index("x_f[kc, i, j] = ") < src.index("g_s[j] = g[j]") < src.index("T.reduce_sum")
+    cuda, _ = lower(tmp_path, src, ln.name)
+    body = cuda[cuda.index("__global__ void __launch_bounds__"):]
+    assert body.count("__syncthreads()") == 1
+    assert body.index("AllReduce") < body.index("__syncthreads()")
+    assert _reads_before_first_reduction(body, "g") == (1, 0)  # the store loop reads g_s
+    ragged = layernorm_spec(101, 700)
+    src = rowfused_source(ragged, replace(cfg, prefetch_cols=True))
+    assert "g_s[j] = g[T.min(j, 699)]" in src and "be_s[j] = be[T.min(j, 699)]" in src
+    lower(tmp_path, src, ragged.name)
+    # the search prefetches wherever a resident tile has a column input, and only there
+    assert all(c.prefetch_cols for c in rowfused_config_space(ln))
+    assert not any(c.prefetch_cols for c in rowfused_config_space(softmax_spec(64, 1000)))
+    streamed = RowFusedConfig(1, 256, 128, prefetch_cols=True)
+    with pytest.raises(LoweringError, match="prefetch_cols needs a resident row tile"):
+        rowfused_source(layernorm_spec(8, 4096), streamed)
+    with pytest.raises(LoweringError, match="prefetch_cols must be a bool"):
+        rowfused_source(ln, replace(cfg, prefetch_cols=1))
+    bad = RowFusedSpec(4, 64, (("x", "full", "float16"), ("x_s", "col", "float16")),
+                       (RowStep("s", "sum", "{x}"),), (("full", "{x} * {x_s}", "float16"),))
+    with pytest.raises(LoweringError, match="<input>_s"):
+        rowfused_source(bad, RowFusedConfig(1, 64, 128))
 
 
 def test_occupancy_variants_only_where_they_can_help():
@@ -825,7 +864,10 @@ def test_short_rows_get_a_warp_each(tmp_path):
     cuda, launch = lower(tmp_path, src, spec.name)
     assert launch["block"] == (256, 1, 1) and launch["grid"] == (1024, 1, 1)
     assert cuda.count("AllReduce<tl::SumOp, 32, 1") == 2, cuda
-    assert "__syncthreads" not in cuda and "threadIdx.x) < " not in cuda
+    # the one barrier: after the reductions, before the store loop reads the prefetched
+    # gain and bias (test_column_inputs_prefetched)
+    assert cuda.count("__syncthreads") == 1 and "threadIdx.x) < " not in cuda
+    assert cuda.index("__syncthreads") > cuda.rindex("AllReduce")
     assert "uint4" in cuda
     unchunked = RowFusedConfig(2, 1024, 128)
     old = lower(tmp_path, rowfused_source(spec, unchunked), spec.name)[0]
@@ -977,5 +1019,6 @@ def test_llama_size_rowfused_kernels_compile_without_spills(tmp_path):
         use = resource_usage(cuda)
         assert use["spill_bytes"] == 0, (g.name, use)
         assert use["registers"] * cfg.threads <= HOPPER.regs_per_sm, (g.name, use)
-        assert launch["dyn_shared_bytes"] <= 4096  # only the reductions' workspace
+        # the reductions' workspace and the prefetched column inputs
+        assert launch["dyn_shared_bytes"] <= 4096 + prefetch_bytes(kl.spec, cfg)
         assert rowfused_bytes(kl.spec, cfg) == rowfused_min_bytes(kl.spec)

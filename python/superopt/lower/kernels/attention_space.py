@@ -120,6 +120,14 @@ def visited_tiles(spec: AttentionSpec, cfg: AttentionConfig) -> int:
 #: rates, and of one launch.
 _BYTE = HOPPER.model_tflops / HOPPER.model_tb_per_s / 2
 _LAUNCH = HOPPER.launch_us * 1e-6 * HOPPER.model_tflops * 1e12 / 2
+#: Keys' worth of tensor work per block that the block's own overlap cannot hide (the
+#: pipeline's fill and drain: the first QKᵀ before any softmax, the last PV and the
+#: epilogue, latency-bound, so counted in keys rather than in key tiles: 1.5 tiles of 128);
+#: a co-resident block hides its share. Calibrated on ViT-B/16 (t 197, two key
+#: tiles per block, H200, 2026-12-02): 128-row ping-pong blocks 30.7 µs against 64-row
+#: blocks two per SM 25.7 µs; the model gives 0.845 for their ratio, 0.837 measured
+#: (``bench/results/2026-12-02e-session/variants/vit.json``).
+FILL_KEYS = 192
 
 
 def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
@@ -129,8 +137,10 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     per-schedule efficiency (from the H200 measurements in TILELANG.md and the
     FlashAttention-3 paper), or the K/V traffic from L2 (twice DRAM's rate; once per block,
     so packed GQA reads it once per group), whichever is larger, times the wave quantisation
-    factor, plus a per-key-tile overhead (barriers, O rescale); split-KV adds its partials'
-    traffic and the combine launch.
+    factor, plus a per-key-tile overhead (barriers, O rescale) and a per-block fill and drain
+    (:data:`FILL_KEYS`, shared by the blocks co-resident on an SM: what makes short
+    sequences prefer two 64-row blocks per SM); split-KV adds its partials' traffic and the
+    combine launch.
     """
     cfg = cfg.for_spec(spec)
     lay = q_layout(spec, cfg)
@@ -154,7 +164,9 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     # or ragged last wave costs as much as a full one.
     wave_factor = ceil_div(ctas, NUM_SMS) * NUM_SMS / ctas
     per_tile = tiles * cfg.block_m * dv * 24.0  # O rescale + sync
-    cost = (max(work / eff, kv_bytes * _BYTE / 2) + per_tile) * wave_factor
+    fill = ctas * FILL_KEYS * cfg.block_m * (dq + dv) / eff \
+        / _blocks_per_sm(spec, cfg)
+    cost = (max(work / eff, kv_bytes * _BYTE / 2) + per_tile + fill) * wave_factor
     if cfg.splits > 1:
         partial_bytes = cfg.splits * lay.batch * lay.rows * (dv + 2) * 4 * 2
         cost += partial_bytes * _BYTE + _LAUNCH

@@ -75,12 +75,16 @@ class _Writer:
         self.row_fields[ROW_FIELD] = f"({self.row})"
         # fields of an expression of one element (a T.Parallel(block_rows, block_cols) loop)
         self.elem_fields = dict(self.row_fields)
+        # column inputs copied to shared memory at the block's start (resident rows)
+        self.prefetched = [(n, dt) for n, kind, dt in s.inputs if kind == "col"] \
+            if c.prefetch_cols and self.resident and s.cols > 0 else []
         for n, kind, _ in s.inputs:
             if kind == "full":
                 at = f"{n}_f[{self.ij}]" if self.resident else f"{n}[{self.row}, {self.col}]"
                 self.elem_fields[n] = f'T.Cast("float32", {at})'
             elif kind == "col":
-                self.elem_fields[n] = f'T.Cast("float32", {n}[{colc}])'
+                at = f"{n}_s[{self.col}]" if self.prefetched else f"{n}[{colc}]"
+                self.elem_fields[n] = f'T.Cast("float32", {at})'
         self.elem_fields[COL_FIELD] = f"({self.col})"
         guards = ([f"{self.row} < {s.rows}"] if self.ragged_rows else []) + \
                  ([f"{self.col} < {s.cols}"] if self.ragged_cols else [])
@@ -127,6 +131,7 @@ class _Writer:
                     self._allocate()
                     if self.resident and s.cols > 0:
                         self._load()
+                        self._prefetch()
                     for k, st in enumerate(s.steps):
                         if k in self.skip:
                             continue
@@ -164,6 +169,8 @@ class _Writer:
             e(f'{st.name} = T.alloc_fragment(({self.br},), "float32")')
         for k, dt in self.staged.items():
             e(f'{STAGE_PREFIX}{k} = T.alloc_fragment({tile}, "{dt}")')
+        for n, dt in self.prefetched:
+            e(f'{n}_s = T.alloc_shared(({self.bc},), "{dt}")')
 
     def _load(self) -> None:
         s, e = self.s, self.e
@@ -179,6 +186,18 @@ class _Writer:
                     e(f'{frag} = T.if_then_else({guard}, {at}, T.Cast("{dt}", 0))')
                 else:
                     e(f"{frag} = {at}")
+
+    def _prefetch(self) -> None:
+        """Copy each column input into shared memory (after the row tile's loads are
+        issued, so that both latencies overlap); padded columns repeat the last one."""
+        s, e = self.s, self.e
+        if not self.prefetched:
+            return
+        at = f"T.min(j, {s.cols - 1})" if self.bc > s.cols else "j"
+        e(f"for j in T.Parallel({self.bc}):")
+        with e.indent():
+            for n, _ in self.prefetched:
+                e(f"{n}_s[j] = {n}[{at}]")
 
     def _chunks(self):
         """Open the loop over column chunks (streamed) and the element loop; returns the

@@ -40,7 +40,7 @@ Owns: the spec, configuration, checks, models and space of the ``rowfused`` fami
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...dtypes import dtype as _dtype
 from ...errors import LoweringError
@@ -160,6 +160,11 @@ class RowFusedConfig:
             widest dtype). A kernel with no 16-bit full output stages nothing; one with an
             fp32 full input or output keeps 8-byte stores anyway (its loops stay at 4
             lanes), so the search does not offer it there.
+        prefetch_cols: resident only: each column input (a gain, a bias: ``[cols]``) is
+            copied into shared memory right after the block issues its row tile's loads,
+            and the outputs read it from there, so that its load latency overlaps the
+            tile's instead of following the reductions (read directly, the store loop
+            issues those loads only after the last reduction). No-op without column inputs.
     """
 
     block_rows: int
@@ -168,6 +173,7 @@ class RowFusedConfig:
     row_chunk: int = 0
     blocks_per_sm: int = 0
     stage_stores: bool = False
+    prefetch_cols: bool = False
 
 
 #: Columns of a warp-per-row chunk: 32 lanes of 8 elements (one 16-byte fp16 access each).
@@ -200,6 +206,15 @@ def register_estimate(spec: RowFusedSpec, cfg: RowFusedConfig) -> int:
     else:
         words = 4 if spec.online else 1
     return math.ceil(e * words) + REGISTER_OVERHEAD
+
+
+def prefetch_bytes(spec: RowFusedSpec, cfg: RowFusedConfig) -> int:
+    """Shared memory of the column inputs ``prefetch_cols`` copies (``block_cols`` elements
+    each, in its dtype), in bytes; 0 where it copies none."""
+    if not (cfg.prefetch_cols and is_resident(spec, cfg) and spec.cols > 0):
+        return 0
+    return sum(cfg.block_cols * _dtype(dt).itemsize for _, kind, dt in spec.inputs
+               if kind == "col")
 
 
 def register_budget(cfg: RowFusedConfig) -> int:
@@ -238,11 +253,11 @@ def check_rowfused(spec: RowFusedSpec) -> None:
         if st.op not in ("sum", "max", "row"):
             raise LoweringError(f"step {st.name!r} op must be sum, max or row, got {st.op!r}")
         names.append(st.name)
-    own = [n for n in names if n in _OWN or n.endswith("_f") and n[:-2] in names
+    own = [n for n in names if n in _OWN or n[-2:] in ("_f", "_s") and n[:-2] in names
            or n.startswith(STAGE_PREFIX)]
     if own or len(set(names)) != len(names):
         raise LoweringError(f"input and step names must be distinct and not the kernel's own "
-                            f"(acc*, <input>_f, {STAGE_PREFIX}*): {names}")
+                            f"(acc*, <input>_f, <input>_s, {STAGE_PREFIX}*): {names}")
     if not s.outputs:
         raise LoweringError("a row-fused kernel writes at least one output")
     kinds = {n: kind for n, kind, _ in s.inputs}
@@ -295,17 +310,22 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
         v = getattr(cfg, field)
         if isinstance(v, bool) or not isinstance(v, int):  # bool is no size here
             raise LoweringError(f"row-fused config {field} must be an integer, got {v!r}")
-    if not isinstance(cfg.stage_stores, bool):
-        raise LoweringError(f"row-fused config stage_stores must be a bool, got "
-                            f"{cfg.stage_stores!r}")
+    for field in ("stage_stores", "prefetch_cols"):
+        v = getattr(cfg, field)
+        if not isinstance(v, bool):
+            raise LoweringError(f"row-fused config {field} must be a bool, got {v!r}")
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
     n, most, threads = cfg.blocks_per_sm, HOPPER.blocks_per_sm, HOPPER.threads_per_sm
     if n and not (0 < n <= most and n * cfg.threads <= threads):
         raise LoweringError(f"blocks_per_sm {n} must be 0 (no target) or 1..{most} with "
                             f"blocks_per_sm * threads <= {threads} (threads {cfg.threads})")
-    if cfg.stage_stores and not is_resident(spec, cfg):
-        raise LoweringError(f"stage_stores needs a resident row tile (block_cols "
-                            f"{cfg.block_cols} >= cols {spec.cols})")
+    for field in ("stage_stores", "prefetch_cols"):
+        if getattr(cfg, field) and not is_resident(spec, cfg):
+            raise LoweringError(f"{field} needs a resident row tile (block_cols "
+                                f"{cfg.block_cols} >= cols {spec.cols})")
+    if prefetch_bytes(spec, cfg) > HOPPER.smem_per_block_bytes:
+        raise LoweringError(f"prefetch_cols needs {prefetch_bytes(spec, cfg)} bytes of shared "
+                            f"memory per block (at most {HOPPER.smem_per_block_bytes})")
     check_grid(rowfused_grid(spec, cfg), f"row-fused kernel {spec.name}")
     b = cfg.block_cols
     if cfg.row_chunk:
@@ -469,7 +489,10 @@ def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFused
     target 32 with 8 bytes spilled) and softmax 32x512x4096 (80.9 → 78.4 µs staged), and
     cost an unstaged residual + RMSNorm 2 %. The twin is left out for an empty row and where
     the tile's fragments need well over the 32 registers full occupancy leaves
-    (:data:`TWIN_FRAGMENT_FACTOR`); the search measures both."""
+    (:data:`TWIN_FRAGMENT_FACTOR`); the search measures both. Both prefetch the column
+    inputs (``prefetch_cols``) where the kernel has any and their copies (plus 1 KiB of
+    reduction workspace per block) leave room for full occupancy's blocks in an SM's
+    shared memory."""
     full_dtypes = [dt for _, kind, dt in spec.inputs if kind == "full"] + \
         [dt for kind, _, dt in spec.outputs if kind == "full"]
     # an fp32 full input or output keeps the store loop at 4 lanes (TileLang vectorises a
@@ -477,15 +500,17 @@ def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFused
     stage = (is_resident(spec, cfg) and spec.cols > 0 and not cfg.row_chunk
              and any(kind == "full" for kind, _, _ in spec.outputs)
              and all(dt in STAGED_DTYPES for dt in full_dtypes))
-    first = RowFusedConfig(cfg.block_rows, cfg.block_cols, cfg.threads, cfg.row_chunk,
-                           cfg.blocks_per_sm, cfg.stage_stores or stage)
-    variants = [first]
     full = min(HOPPER.blocks_per_sm, HOPPER.threads_per_sm // cfg.threads)
+    # prefetching the column inputs where their shared memory leaves full occupancy
+    copies = prefetch_bytes(spec, replace(cfg, prefetch_cols=True))
+    prefetch = copies > 0 and full * (copies + 1024) <= HOPPER.smem_per_sm_bytes
+    first = replace(cfg, stage_stores=cfg.stage_stores or stage,
+                    prefetch_cols=cfg.prefetch_cols or prefetch)
+    variants = [first]
     fragments = register_estimate(spec, first) - REGISTER_OVERHEAD
     cap = HOPPER.regs_per_sm // (full * cfg.threads)
     if spec.cols > 0 and fragments <= TWIN_FRAGMENT_FACTOR * cap:
-        variants.append(RowFusedConfig(first.block_rows, first.block_cols, first.threads,
-                                       first.row_chunk, full, first.stage_stores))
+        variants.append(replace(first, blocks_per_sm=full))
     return [v for v in dict.fromkeys(variants) if _valid(spec, v)]
 
 
