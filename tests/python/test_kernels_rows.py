@@ -640,10 +640,27 @@ def test_rowfused_spec_errors(spec, match):
     (RowFusedConfig(1, 4096, 256, stage_stores=1), "stage_stores must be a bool"),
     (RowFusedConfig(1, 4096, 256, stage_stores="yes"), "stage_stores must be a bool"),
     (RowFusedConfig(1, 1024, 256, stage_stores=True), "stage_stores needs a resident"),
+    # TileLang's reduction is an XOR butterfly: 96 threads on one row did not compile
+    (RowFusedConfig(1, 4128, 96), "96 threads over 1 rows give 96"),
+    (RowFusedConfig(2, 4608, 192), "give 96"),
 ])
 def test_rowfused_config_errors(cfg, match):
     with pytest.raises(LoweringError, match=match):
         rowfused_source(softmax_spec(64, 4096), cfg)
+
+
+def test_row_reduction_width_is_a_power_of_two():
+    """A row reduction across 96 threads failed inside TileLang (``InternalError``:
+    XOR-butterfly AllReduce) on the H200 machine; it is refused here, typed, for both
+    reducing families, and an elementwise kernel (no reduction) keeps such blocks."""
+    with pytest.raises(LoweringError, match="power of two"):
+        rowreduce_source(RowReduceSpec(64, 768, "sum"), RowConfig(1, 768, 96))
+    layer = layernorm_spec(64, 768)
+    with pytest.raises(LoweringError, match="power of two"):
+        rowfused_source(layer, RowFusedConfig(1, 768, 96, prefetch_cols=True))
+    rowfused_source(layer, RowFusedConfig(8, 768, 256, 256))  # 32 lanes a row
+    elementwise_source(ElementwiseSpec(64, 96, (("x", "full", "float16"),), "{x}"),
+                       RowConfig(1, 96, 96))
 
 
 def test_rowfused_config_space_resident_then_streamed():

@@ -46,7 +46,8 @@ from ...dtypes import dtype as _dtype
 from ...errors import LoweringError
 from ..target import HOPPER
 from .row_launch import COL_FIELD, ROW_FIELD, check_elements, check_grid
-from .rowwise import RowConfig, check_fields, check_name, check_row_config
+from .rowwise import (RowConfig, check_fields, check_name, check_reduction_width,
+                      check_row_config)
 from .spec_checks import check_dtype
 from .tiling import ceil_div, round_up
 
@@ -315,6 +316,8 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
         if not isinstance(v, bool):
             raise LoweringError(f"row-fused config {field} must be a bool, got {v!r}")
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
+    if any(st.op != "row" for st in spec.steps):
+        check_reduction_width(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
     n, most, threads = cfg.blocks_per_sm, HOPPER.blocks_per_sm, HOPPER.threads_per_sm
     if n and not (0 < n <= most and n * cfg.threads <= threads):
         raise LoweringError(f"blocks_per_sm {n} must be 0 (no target) or 1..{most} with "

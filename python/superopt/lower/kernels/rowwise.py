@@ -159,6 +159,24 @@ def check_row_config(cfg: RowConfig) -> None:
             f"block {cfg.block_rows}x{cfg.block_cols} is not a multiple of {cfg.threads} threads")
 
 
+def check_reduction_width(cfg: RowConfig) -> None:
+    """Check that the threads sharing a row (``threads / block_rows`` where a block has at
+    least as many threads as rows) are a power of two: TileLang 0.1.15 reduces across them
+    with an XOR butterfly and refuses other widths (an ``InternalError`` at compile time,
+    e.g. 96 threads on one row).
+
+    Raises:
+        LoweringError: naming the width.
+    """
+    if cfg.threads < cfg.block_rows:
+        return
+    lanes = cfg.threads // cfg.block_rows
+    if cfg.threads % cfg.block_rows or lanes & (lanes - 1):
+        raise LoweringError(f"a row reduction needs the threads sharing a row to be a power "
+                            f"of two (TileLang reduces by XOR butterfly); {cfg.threads} threads "
+                            f"over {cfg.block_rows} rows give {cfg.threads / cfg.block_rows:g}")
+
+
 def check_fields(expr: str, what: str, allowed: set[str] | list[str] | tuple[str, ...]) -> None:
     """Check that every ``{field}`` of ``expr`` is in ``allowed``.
 
@@ -219,6 +237,7 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
     """
     _check_rowreduce(spec)
     check_row_config(cfg)
+    check_reduction_width(cfg)
     s, c = spec, cfg
     check_grid(rowreduce_grid(s, c), f"row reduction {s.name}")
     br, bc = c.block_rows, c.block_cols
