@@ -269,6 +269,21 @@ class _Writer:
             e(f"acc[i, j] = acc[i, j] * {f(f'acc_m[i, j] - {mx}[i]')}")
         e(f"T.reduce_sum(acc, {sm}, dim=1)")
 
+    def _reused(self, value: str) -> str:
+        """``value`` (a formatted element expression) with every occurrence of the last
+        reduction's term replaced by ``acc``, which still holds that term for the whole
+        resident tile (TileLang's reductions only read their source): softmax's output
+        ``exp(x - m) / s`` then reads the exponentials its sum computed instead of
+        evaluating them again (one ``ex2`` per element instead of two). The expression
+        printer parenthesises every operation, so a match is a whole subexpression."""
+        if not self.resident or self.s.cols == 0:
+            return value
+        last = [st for st in self.s.steps if st.op != "row"]
+        if not last:
+            return value
+        term = last[-1].expr.format(**self.elem_fields)
+        return value.replace(term, f"acc[{self.ij}]")
+
     def _store(self, outs) -> None:
         s, e = self.s, self.e
         full = [(n, x, dt) for n, (kind, x, dt) in outs if kind == "full"]
@@ -280,7 +295,8 @@ class _Writer:
                 levels = self._chunks()
                 for n, x, dt in full:
                     if n in staged:
-                        e(f'{staged[n]} = T.Cast("{dt}", {x.format(**self.elem_fields)})')
+                        value = self._reused(x.format(**self.elem_fields))
+                        e(f'{staged[n]} = T.Cast("{dt}", {value})')
                 self._close(levels)
             levels = self._chunks()
             if self.guard:
@@ -288,7 +304,8 @@ class _Writer:
                 e.indent()
                 levels += 1
             for n, x, dt in full:
-                value = staged.get(n) or f'T.Cast("{dt}", {x.format(**self.elem_fields)})'
+                value = staged.get(n) or \
+                    f'T.Cast("{dt}", {self._reused(x.format(**self.elem_fields))})'
                 e(f'{n}[{self.row}, {self.col}] = {value}')
             self._close(levels)
         if rows:
