@@ -664,7 +664,8 @@ def test_outputs_reuse_the_last_reductions_terms(tmp_path):
     assert "acc[i, j]" in out_line and "exp" not in out_line, out_line
     cuda, _ = lower(tmp_path, src, spec.name, device_compile=True)
     assert len(re.findall(r"\bexpf\(", cuda)) == 4
-    assert resource_usage(cuda) == {"registers": 32, "spill_bytes": 0}
+    use = resource_usage(cuda)
+    assert use["spill_bytes"] == 0 and use["registers"] <= 32, use
     ln = layernorm_spec(64, 768)
     text = rowfused_source(ln, RowFusedConfig(8, 768, 256, 256))
     store = next(x for x in text.splitlines() if "Out[" in x)
@@ -672,6 +673,31 @@ def test_outputs_reuse_the_last_reductions_terms(tmp_path):
     # a streamed tile keeps no tile of terms: nothing is reused
     streamed = rowfused_source(softmax_spec(8, 40_000), RowFusedConfig(1, 2048, 256))
     assert all("acc[" not in x for x in streamed.splitlines() if "Out[" in x)
+
+
+def test_reused_terms_are_whole_subexpressions():
+    """A hand-written spec need not parenthesise its expressions: the last reduction's term
+    ``{x} + 1.0`` occurs as text in ``{x} * {x} + 1.0`` without being a subexpression of it
+    (``x * (x + 1)`` is not ``x * x + 1``), and a step ``m``'s field ``m[i]`` occurs inside
+    ``mm[i]``. Neither is substituted; an atomic term still is."""
+    x = (("x", "full", "float16"),)
+    flat = RowFusedSpec(4, 64, x, (RowStep("s", "sum", "{x} + 1.0"),),
+                        (("full", "{x} * {x} + 1.0 + {s}", "float16"),), name="flat")
+    src = rowfused_source(flat, RowFusedConfig(1, 64, 32))
+    store = next(ln for ln in src.splitlines() if "Out[" in ln)
+    assert "acc[" not in store, store
+    names = RowFusedSpec(4, 64, x, (RowStep("m", "max", "{x}"),
+                                    RowStep("mm", "row", "({m} * 2.0)"),
+                                    RowStep("z", "sum", "{m}")),
+                         (("full", "(({x} * {mm}) + {z})", "float16"),), name="names")
+    src = rowfused_source(names, RowFusedConfig(1, 64, 32))
+    store = next(ln for ln in src.splitlines() if "Out[" in ln)
+    assert "mm[i]" in store and "acc[" not in store, store
+    atomic = RowFusedSpec(4, 64, x, (RowStep("s", "sum", "({x} + 1.0)"),),
+                          (("full", "{x} * ({x} + 1.0) + {s}", "float16"),), name="atomic")
+    src = rowfused_source(atomic, RowFusedConfig(1, 64, 32))
+    store = next(ln for ln in src.splitlines() if "Out[" in ln)
+    assert "* acc[i, j] + s[i]" in store, store
 
 
 def test_row_reduction_width_is_a_power_of_two():

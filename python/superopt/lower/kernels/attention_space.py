@@ -125,7 +125,7 @@ _LAUNCH = HOPPER.launch_us * 1e-6 * HOPPER.model_tflops * 1e12 / 2
 #: epilogue, latency-bound, so counted in keys rather than in key tiles: 1.5 tiles of 128);
 #: a co-resident block hides its share. Calibrated on ViT-B/16 (t 197, two key
 #: tiles per block, H200, 2026-12-02): 128-row ping-pong blocks 30.7 µs against 64-row
-#: blocks two per SM 25.7 µs; the model gives 0.845 for their ratio, 0.837 measured
+#: blocks two per SM 25.7 µs; the model gives 0.834 for their ratio, 0.837 measured
 #: (``bench/results/2026-12-02e-session/variants/vit.json``).
 FILL_KEYS = 192
 

@@ -18,6 +18,8 @@ Owns: the text. Imports the spec module, the emitter and :mod:`.row_launch`'s fi
 
 from __future__ import annotations
 
+import re
+
 from ..emit import Lines
 from .row_launch import COL_FIELD, ROW_FIELD
 from .rowfused_spec import (STAGE_PREFIX, STAGED_DTYPES, OnlinePair, RowFusedConfig, RowFusedSpec,
@@ -275,14 +277,20 @@ class _Writer:
         resident tile (TileLang's reductions only read their source): softmax's output
         ``exp(x - m) / s`` then reads the exponentials its sum computed instead of
         evaluating them again (one ``ex2`` per element instead of two). The expression
-        printer parenthesises every operation, so a match is a whole subexpression."""
+        printer parenthesises every operation, but a spec written by hand need not: only an
+        atomic term (a parenthesised group or a call, :func:`_atomic`) is substituted, and
+        only where no identifier or attribute continues it on either side, so that a match
+        is a whole subexpression (``{x} + 1.0`` inside ``{x} * {x} + 1.0`` is not)."""
         if not self.resident or self.s.cols == 0:
             return value
         last = [st for st in self.s.steps if st.op != "row"]
         if not last:
             return value
         term = last[-1].expr.format(**self.elem_fields)
-        return value.replace(term, f"acc[{self.ij}]")
+        if not _atomic(term):
+            return value
+        return re.sub(r"(?<![\w.])" + re.escape(term) + r"(?![\w.(\[])",
+                      lambda _: f"acc[{self.ij}]", value)
 
     def _store(self, outs) -> None:
         s, e = self.s, self.e
@@ -318,3 +326,26 @@ class _Writer:
                     e(f'{n}[{self.row}] = T.Cast("{dt}", {x.format(**self.row_fields)})')
                 if self.ragged_rows:
                     e.dedent()
+
+
+def _atomic(text: str) -> bool:
+    """Whether ``text`` is one operand whatever surrounds it: ``(...)`` or ``name(...)`` /
+    ``name[...]`` (a dotted name), its first bracket closing at its last character."""
+    m = re.match(r"[A-Za-z_][\w.]*", text)
+    start = m.end() if m else 0
+    if start == len(text) or text[start] not in "([" or (not m and text[start] != "("):
+        return False
+    depth, quote = 0, False
+    for k in range(start, len(text)):
+        ch = text[k]
+        if ch == '"':
+            quote = not quote
+        elif quote:
+            continue
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth == 0:
+                return k == len(text) - 1
+    return False

@@ -64,6 +64,8 @@ STAGED_DTYPES = ("float16", "bfloat16")
 TWIN_FRAGMENT_FACTOR = 1.5
 #: Elements per thread above which a resident row is not considered (fragment size).
 MAX_RESIDENT_ELEMENTS = 64
+#: Shared memory TileLang's cross-warp reductions may take per block (their workspace).
+_REDUCTION_WORKSPACE = 4096
 #: Registers a thread needs beside its fragments (indices, addresses, reduction scratch):
 #: the measured ptxas count of the fragment-free part of these kernels, rounded up.
 REGISTER_OVERHEAD = 32
@@ -326,9 +328,11 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
         if getattr(cfg, field) and not is_resident(spec, cfg):
             raise LoweringError(f"{field} needs a resident row tile (block_cols "
                                 f"{cfg.block_cols} >= cols {spec.cols})")
-    if prefetch_bytes(spec, cfg) > HOPPER.smem_per_block_bytes:
+    room = HOPPER.smem_per_block_bytes - _REDUCTION_WORKSPACE
+    if prefetch_bytes(spec, cfg) > room:
         raise LoweringError(f"prefetch_cols needs {prefetch_bytes(spec, cfg)} bytes of shared "
-                            f"memory per block (at most {HOPPER.smem_per_block_bytes})")
+                            f"memory per block (at most {room} beside the reductions' "
+                            f"workspace)")
     check_grid(rowfused_grid(spec, cfg), f"row-fused kernel {spec.name}")
     b = cfg.block_cols
     if cfg.row_chunk:
@@ -506,7 +510,8 @@ def occupancy_variants(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[RowFused
     full = min(HOPPER.blocks_per_sm, HOPPER.threads_per_sm // cfg.threads)
     # prefetching the column inputs where their shared memory leaves full occupancy
     copies = prefetch_bytes(spec, replace(cfg, prefetch_cols=True))
-    prefetch = copies > 0 and full * (copies + 1024) <= HOPPER.smem_per_sm_bytes
+    prefetch = copies > 0 and full * (copies + 1024) <= HOPPER.smem_per_sm_bytes \
+        and copies <= HOPPER.smem_per_block_bytes - _REDUCTION_WORKSPACE
     first = replace(cfg, stage_stores=cfg.stage_stores or stage,
                     prefetch_cols=cfg.prefetch_cols or prefetch)
     variants = [first]

@@ -160,21 +160,24 @@ def check_row_config(cfg: RowConfig) -> None:
 
 
 def check_reduction_width(cfg: RowConfig) -> None:
-    """Check that the threads sharing a row (``threads / block_rows`` where a block has at
-    least as many threads as rows) are a power of two: TileLang 0.1.15 reduces across them
-    with an XOR butterfly and refuses other widths (an ``InternalError`` at compile time,
-    e.g. 96 threads on one row).
+    """Refuse a block whose threads split evenly over its rows into a width that is not a
+    power of two (``threads / block_rows``, e.g. 96 threads on one row): TileLang 0.1.15
+    reduces across a row's threads with an XOR butterfly and fails such a kernel with an
+    ``InternalError`` at compile time. A necessary condition only: TileLang picks the width
+    from its fragment layout, which for the tiles the search generates (powers of two) is
+    this one; another hand-picked tile may still fail inside TileLang, and is then reported
+    as that candidate's compile error.
 
     Raises:
         LoweringError: naming the width.
     """
-    if cfg.threads < cfg.block_rows:
+    if cfg.threads < cfg.block_rows or cfg.threads % cfg.block_rows:
         return
     lanes = cfg.threads // cfg.block_rows
-    if cfg.threads % cfg.block_rows or lanes & (lanes - 1):
+    if lanes & (lanes - 1):
         raise LoweringError(f"a row reduction needs the threads sharing a row to be a power "
                             f"of two (TileLang reduces by XOR butterfly); {cfg.threads} threads "
-                            f"over {cfg.block_rows} rows give {cfg.threads / cfg.block_rows:g}")
+                            f"over {cfg.block_rows} rows give {lanes}")
 
 
 def check_fields(expr: str, what: str, allowed: set[str] | list[str] | tuple[str, ...]) -> None:
