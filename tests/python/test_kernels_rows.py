@@ -26,7 +26,7 @@ import pytest
 
 from superopt.derive import derive_all
 from superopt.derive.plan import Kernel, Plan
-from superopt.dsl import DagBuilder, rms_norm_subdag, softmax_subdag
+from superopt.dsl import DagBuilder, softmax_subdag
 from superopt.errors import LoweringError
 from superopt.ir.ops import LOG2E, UNARY
 from superopt.ir.semantics import evaluate
