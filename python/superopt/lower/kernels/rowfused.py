@@ -24,7 +24,7 @@ from ..emit import Lines
 from .row_launch import COL_FIELD, ROW_FIELD
 from .rowfused_spec import (STAGE_PREFIX, STAGED_DTYPES, OnlinePair, RowFusedConfig, RowFusedSpec,
                             check_rowfused, check_rowfused_config, is_resident,
-                            rowfused_bytes, rowfused_grid, rowfused_min_bytes)
+                            prefetch_bytes, rowfused_bytes, rowfused_grid, rowfused_min_bytes)
 from .tiling import ceil_div
 
 _NEG_INF = '(-T.infinity("float32"))'
@@ -79,7 +79,7 @@ class _Writer:
         self.elem_fields = dict(self.row_fields)
         # column inputs copied to shared memory at the block's start (resident rows)
         self.prefetched = [(n, dt) for n, kind, dt in s.inputs if kind == "col"] \
-            if c.prefetch_cols and self.resident and s.cols > 0 else []
+            if prefetch_bytes(s, c) else []
         for n, kind, _ in s.inputs:
             if kind == "full":
                 at = f"{n}_f[{self.ij}]" if self.resident else f"{n}[{self.row}, {self.col}]"
