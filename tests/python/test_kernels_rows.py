@@ -32,7 +32,7 @@ from superopt.ir.ops import LOG2E, UNARY
 from superopt.ir.semantics import evaluate
 from superopt.lower import config_space, lower_plan, match_plan, module_source
 from superopt.lower import tl
-from superopt.lower.config import kernel_config_space
+from superopt.lower.config import complete_config, kernel_config_space, unflatten_config
 from superopt.lower.families import FAMILIES, family_of
 from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, check_grid,
                                                position_index)
@@ -1090,3 +1090,39 @@ def test_llama_size_rowfused_kernels_compile_without_spills(tmp_path):
         # the reductions' workspace and the prefetched column inputs
         assert launch["dyn_shared_bytes"] <= 4096 + prefetch_bytes(kl.spec, cfg)
         assert rowfused_bytes(kl.spec, cfg) == rowfused_min_bytes(kl.spec)
+
+
+def test_every_gpu_row_build_lowers_on_cpu(tmp_path):
+    """Each plan and configuration the H200 row test compiles lowers here first, so that a
+    refused configuration is found without a GPU (three streamed ones once inherited
+    ``stage_stores`` from the best-ranked resident configuration)."""
+    from test_gpu_rows import BUILDS
+
+    failed = []
+    for b in BUILDS:
+        match = match_plan(b.plan, b.dtype)
+        cfg = complete_config(match, b.config) if b.config else config_space(match, limit=1)[0]
+        try:
+            lower_plan(match, cfg, header=b.key, directory=tmp_path)
+        except LoweringError as e:
+            failed.append(f"{b.key}: {e}")
+    assert not failed, "\n".join(failed)
+
+
+def test_partial_config_completes_from_an_agreeing_configuration():
+    """A partial configuration takes the rest from the best-ranked configuration that agrees
+    with it; a shape outside the space gets the options at their defaults, not the options
+    of the best resident tile."""
+    match = match_plan(next(d.plan for d in derive_all(g_softmax(m=1000, d=1000))
+                            if len(d.plan.kernels) == 1
+                            and family_of(d.plan, 0).name == "rowfused"))
+    space = kernel_config_space(match.kernels[0])
+    pick = space[3]
+    partial = {"k0.block_rows": pick.block_rows, "k0.block_cols": pick.block_cols,
+               "k0.threads": pick.threads}
+    first_agreeing = next(c for c in space if (c.block_rows, c.block_cols, c.threads)
+                          == (pick.block_rows, pick.block_cols, pick.threads))
+    assert unflatten_config(match, complete_config(match, partial)) == [first_agreeing]
+    streamed = complete_config(match, {"k0.block_cols": 256, "k0.threads": 128})
+    assert streamed["k0.stage_stores"] is False and streamed["k0.prefetch_cols"] is False
+    assert streamed["k0.block_rows"] == space[0].block_rows

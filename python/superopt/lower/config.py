@@ -9,7 +9,7 @@ Owns: the whole-plan space and the flat form. Must not import module emission.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields, replace
 
 from ..errors import LoweringError
 from .families import FAMILIES
@@ -47,8 +47,11 @@ def dominant_kernel(match: PlanMatch) -> int:
 
 
 def complete_config(match: PlanMatch, partial: dict) -> dict:
-    """A whole flat configuration from a partial one: each kernel's best-ranked
-    configuration, overridden by ``partial``.
+    """A whole flat configuration from a partial one: for each kernel, the best-ranked
+    configuration that agrees with every field ``partial`` gives it; where none in the space
+    agrees, the best-ranked one with each field the family's config type defaults (an
+    option such as ``stage_stores``) back at its default, so an option chosen for another
+    shape is not carried onto the shape asked for. ``partial`` then overrides.
 
     Keys of ``partial`` are ``k<i>.<field>`` or a bare ``<field>``, which means the dominant
     kernel's (:func:`dominant_kernel`), so that ``{"block_m": 128, "stages": 2}`` configures
@@ -65,6 +68,7 @@ def complete_config(match: PlanMatch, partial: dict) -> dict:
                                 path=f"config.k{kl.index}")
     flat = flatten_config([s[0] for s in spaces])
     main = dominant_kernel(match)
+    given: dict[str, object] = {}
     for key, value in partial.items():
         full = key if "." in key else f"k{main}.{key}"
         if full not in flat:
@@ -78,8 +82,25 @@ def complete_config(match: PlanMatch, partial: dict) -> dict:
             raise LoweringError(f"configuration key {key!r} names no kernel (the plan has "
                                 f"{len(match.kernels)}; keys are k<i>.<field> or a field of "
                                 f"the dominant kernel k{main})", path=f"config.{key}")
-        flat[full] = value
+        given[full] = value
+    flat = flatten_config([_agreeing(kl, space, given) for kl, space in zip(match.kernels,
+                                                                          spaces)])
+    flat.update(given)
     return flat
+
+
+def _agreeing(kl: KernelLowering, space: list, given: dict):
+    """The best-ranked configuration of ``space`` whose fields equal the ``k<i>.<field>``
+    values of ``given`` for kernel ``kl``; if none does, the best-ranked one with its
+    defaulted fields (those ``given`` leaves open) reset to their defaults."""
+    head = f"k{kl.index}."
+    mine = {k[len(head):]: v for k, v in given.items() if k.startswith(head)}
+    for cfg in space:
+        if all(getattr(cfg, f) == v for f, v in mine.items()):
+            return cfg
+    defaults = {f.name: f.default for f in fields(space[0])
+                if f.default is not MISSING and f.name not in mine}
+    return replace(space[0], **defaults)
 
 
 def flatten_config(configs: list) -> dict:
