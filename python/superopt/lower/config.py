@@ -129,10 +129,10 @@ def unflatten_config(match: PlanMatch, flat: dict) -> list:
                                 path=f"config.{key}")
         per[int(head[1:])][fld] = value
     out = []
-    for kl, fields in zip(kls, per):
+    for kl, given in zip(kls, per):
         cls = FAMILIES[kl.family].config_type
         try:
-            out.append(cls(**fields))
+            out.append(cls(**given))
         except TypeError as e:
             raise LoweringError(f"configuration of kernel {kl.index} ({kl.family}): {e}",
                                 path=f"config.k{kl.index}") from None
