@@ -19,7 +19,8 @@ from superopt.derive import derive_all
 from superopt.errors import LoweringError
 from superopt.lower import (config_space, lower_plan, lowerable, match_plan, module_source,
                             unflatten_config)
-from superopt.lower.config import kernel_config_space
+from superopt.lower.config import STRUCTURE_FACTOR, kernel_config_space
+from superopt.lower.families import FAMILIES
 from superopt.workloads import WORKLOADS
 
 #: Non-multiples of every tile; attention keeps d_h at a wgmma-friendly 64.
@@ -121,3 +122,43 @@ def test_bad_config_is_a_lowering_error():
     kls = match_plan(d.plan)
     with pytest.raises(LoweringError, match="configuration of kernel 0"):
         unflatten_config(kls, {"k0.block_m": 64})
+
+
+def test_config_space_measures_each_structure_before_near_copies():
+    """The GEMM's space, structures first: the model's best stays first; then the best of
+    each other tile, warpgroup count and schedule it prices within STRUCTURE_FACTOR, in
+    cost order; then the rest. Every configuration of the space is still there once."""
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph())[0].plan)
+    kl = match.kernels[0]
+    space = kernel_config_space(kl)
+    fam = FAMILIES["gemm"]
+    ordered = [unflatten_config(match, f)[0] for f in config_space(match, limit=len(space))]
+    assert ordered[0] == space[0]
+    assert sorted(map(repr, ordered)) == sorted(map(repr, space))
+    costs = {repr(c): fam.cost(kl.spec, c) for c in space}
+    bound = costs[repr(space[0])] * STRUCTURE_FACTOR
+    leaders = [c for c in space if costs[repr(c)] <= bound]
+    structures = list(dict.fromkeys(fam.structure(c) for c in leaders))
+    head = ordered[:len(structures)]
+    assert [fam.structure(c) for c in head] == structures  # one each, in cost order
+    assert all(head[i] == next(c for c in leaders if fam.structure(c) == s)
+               for i, s in enumerate(structures))
+    assert len(structures) >= 4  # 128x256 ws and auto, 256x128, 192x192 at least
+    assert ordered[len(structures):] == [c for c in space if c not in head]
+
+
+def test_structures_first_keeps_row_kernels_in_model_order():
+    """A family with no structure key (row kernels: their cost is a sort key) keeps its
+    space's order."""
+    from superopt.lower.config import structures_first
+
+    for name in ("rmsnorm", "attention"):
+        for d in derive_all(WORKLOADS[name].graph()):
+            try:
+                match = match_plan(d.plan)
+            except LoweringError:
+                continue
+            for kl in match.kernels:
+                if kl.family in ("rowfused", "rowreduce", "elementwise"):
+                    space = kernel_config_space(kl)
+                    assert structures_first(kl, space) == space

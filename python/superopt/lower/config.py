@@ -21,9 +21,18 @@ def kernel_config_space(kl: KernelLowering) -> list:
     return FAMILIES[kl.family].config_space(kl.spec)
 
 
+#: Configurations the cost model prices within this factor of the kernel's best count as
+#: contenders: the best of each distinct structure among them is measured before the rest.
+STRUCTURE_FACTOR = 1.25
+
+
 def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     """Whole-plan configurations, best first: the dominant kernel (most FLOPs; the first if
     none) runs through its configuration space, the others keep their best-ranked one.
+
+    The dominant kernel's space is taken structures first (:func:`structures_first`): a
+    small budget measures a 256x128 tile beside the 128x256 one instead of four ring depths
+    of the latter, which the model prices alike.
 
     Returns flat dicts ``{"k0.block_m": 128, ...}``; ``[]`` when some kernel has no valid
     configuration at all.
@@ -34,10 +43,41 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
         return []
     main = max(range(len(kls)), key=lambda i: (kls[i].flops, -i))
     out = []
-    for cfg in spaces[main][:limit]:
+    for cfg in structures_first(kls[main], spaces[main])[:limit]:
         chosen = [cfg if i == main else spaces[i][0] for i in range(len(kls))]
         out.append(flatten_config(chosen))
     return out
+
+
+def structures_first(kl: KernelLowering, space: list) -> list:
+    """``space`` (best first) reordered: first the best configuration of each distinct
+    structure (``Family.structure``) that the cost model prices within
+    :data:`STRUCTURE_FACTOR` of the best, in cost order, then the rest in their order. The
+    best configuration stays first. Unchanged for a family without a structure or with a
+    cost that is a sort key rather than a number.
+
+    Why: the model prices ring depths, clusters and staging alike (exact ties), and it
+    ranked the 256x128 GEMM tile 12 % behind 128x256 where the H200 timed them within
+    2 % (``bench/results/2026-12-03-session/variants/matmul_tiles.json``); measuring one of
+    each structure first hedges those blind spots at no cost to the best one's slot.
+    """
+    fam = FAMILIES[kl.family]
+    if fam.structure is None or len(space) < 2:
+        return space
+    costs = [fam.cost(kl.spec, c) for c in space]
+    if not all(isinstance(c, (int, float)) for c in costs) or costs[0] <= 0:
+        return space
+    bound = costs[0] * STRUCTURE_FACTOR
+    leaders, seen = [], set()
+    for i, (cfg, cost) in enumerate(zip(space, costs)):
+        if cost > bound:
+            break
+        key = fam.structure(cfg)
+        if key not in seen:
+            seen.add(key)
+            leaders.append(i)
+    chosen = set(leaders)
+    return [space[i] for i in leaders] + [c for i, c in enumerate(space) if i not in chosen]
 
 
 def dominant_kernel(match: PlanMatch) -> int:

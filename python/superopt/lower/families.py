@@ -61,6 +61,11 @@ class Family:
         rate: ``rate(spec)``: the fraction of the target's model tensor rate this kernel's
             best schedule reaches (the roofline estimate divides by it); 1.0 unless the
             family's cost model knows better (a GEMM with a prologue: :func:`gemm_rate`).
+        structure: ``structure(config) -> tuple``: the fields that make two configurations
+            different kernels rather than refinements of one (tile shape, warpgroups,
+            schedule), or ``None``: the search measures the best configuration of each
+            structure its cost model prices close to the best before near-copies
+            (:func:`superopt.lower.config.config_space`).
     """
 
     name: str
@@ -71,6 +76,15 @@ class Family:
     source: Callable[[Any, Any], str]
     cost: Callable[[Any, Any], Any]
     rate: Callable[[Any], float] = lambda spec: 1.0
+    structure: Callable[[Any], tuple] | None = None
+
+
+def _gemm_structure(c: GemmConfig) -> tuple:
+    return (c.block_m, c.block_n, c.threads, c.schedule, c.persistent, c.dual_mode)
+
+
+def _attention_structure(c: AttentionConfig) -> tuple:
+    return (c.block_m, c.block_n, c.schedule, c.pingpong, c.splits, c.pack_gqa)
 
 
 def _ops(plan: Plan, k: int) -> set[str]:
@@ -79,9 +93,10 @@ def _ops(plan: Plan, k: int) -> set[str]:
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("attention", lambda p, k: p.kernels[k].online, match_attention, AttentionConfig,
-           attention_config_space, attention_source, attention_cost),
+           attention_config_space, attention_source, attention_cost,
+           structure=_attention_structure),
     Family("gemm", lambda p, k: "matmul" in _ops(p, k), match_gemm, GemmConfig,
-           gemm_config_space, gemm_source, gemm_cost_clk, gemm_rate),
+           gemm_config_space, gemm_source, gemm_cost_clk, gemm_rate, _gemm_structure),
     Family("rowfused", is_row_fused, match_rowfused, RowFusedConfig,
            rowfused_config_space, rowfused_source, rowfused_cost),
     Family("rowreduce", lambda p, k: "reduce" in _ops(p, k), match_rowreduce, RowConfig,
