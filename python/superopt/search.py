@@ -507,7 +507,12 @@ def _apply_comparison(recs: list[CandidateRecord], peers: list[PeerResult],
                       c: Comparison) -> None:
     """The compared leaders and peers take their median comparison times (the search-phase
     times stay as ``search_us``); leaders left out of every round (wrong on fresh inputs)
-    lose their ``ok``; the candidates are re-ranked."""
+    lose their ``ok``; the candidates are re-ranked, the compared ones first: a time from
+    the interleaved rounds and one from the search phase are not measured alike (the
+    rounds' medians ran 0.3-2 µs above the search phase's times on the H200), so a
+    candidate the search timed slower than every leader must not overtake them on that
+    difference and become a top-1 with no ratio (``ref_rmsnorm``,
+    ``bench/results/2026-12-03-session``)."""
     for r in recs:
         if r.id not in c.candidates:
             continue
@@ -521,7 +526,8 @@ def _apply_comparison(recs: list[CandidateRecord], peers: list[PeerResult],
         med = c.median_us(p.name)
         if med is not None and p.status == "ok":
             p.graph_us = med
-    recs.sort(key=lambda r: (r.status != "ok", r.time_us if r.time_us is not None else math.inf))
+    recs.sort(key=lambda r: (r.status != "ok", r.id not in c.candidates,
+                             r.time_us if r.time_us is not None else math.inf))
 
 
 def search_cost(stats: dict, plan_s: float) -> dict:

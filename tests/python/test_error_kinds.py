@@ -80,21 +80,23 @@ def _failing_writer(family: str, exc: Exception, when, monkeypatch):
     (ZeroDivisionError("division by zero"), "internal"),
 ])
 def test_a_failing_source_writer_fails_its_candidates_only(exc, kind, monkeypatch, tmp_path):
-    """Every configuration with ``stages == 3`` fails in the GEMM source writer: those
-    candidates are recorded (kind, message, derivation, config) and the budget goes to
-    the others, which are lowered as before."""
+    """Every configuration of TileLang's own pipeline (``schedule == "auto"``, half of the
+    first six) fails in the GEMM source writer: those candidates are recorded (kind,
+    message, derivation, config) and the budget goes to the others, which are lowered as
+    before."""
     from superopt.search import plan_candidates
 
     g = _matmul()
     clean = plan_candidates(g, budget=6, directory=tmp_path / "clean")
     assert clean.failures == [] and len(clean.candidates) == 6
-    _failing_writer("gemm", exc, lambda c: c.stages == 3, monkeypatch)
+    assert any(c.config["k0.schedule"] == "auto" for c in clean.candidates)
+    _failing_writer("gemm", exc, lambda c: c.schedule == "auto", monkeypatch)
     plans = plan_candidates(g, budget=6, directory=tmp_path / "bad")
     assert len(plans.candidates) == 6
-    assert all(c.config["k0.stages"] != 3 for c in plans.candidates)
-    assert plans.failures, "no configuration with stages 3 was tried"
+    assert all(c.config["k0.schedule"] != "auto" for c in plans.candidates)
+    assert plans.failures, "no configuration of schedule 'auto' was tried"
     for f in plans.failures:
-        assert f.config["k0.stages"] == 3 and f.derivation.startswith("d")
+        assert f.config["k0.schedule"] == "auto" and f.derivation.startswith("d")
         assert isinstance(f.error, errors.SuperoptError) and f.error.kind == kind
     first = plans.failures[0].error
     if kind == "internal":

@@ -200,6 +200,24 @@ def test_final_comparison_reranks_and_keeps_search_times(tmp_path):
     assert j["certificate"][-1] == "Superopt.derive_sound"
 
 
+def test_an_uncompared_candidate_never_overtakes_the_compared_leaders(tmp_path):
+    """The fourth candidate, timed 12.5 µs in the search (slower than every leader there),
+    stays behind the leaders whose interleaved medians came out at 13+ µs: the top-1 is
+    the comparison's fastest, so its ratios exist."""
+    rec = _record(tmp_path)
+    ids = [c.id for c in rec.candidates]
+    rec.candidates[3].result.status, rec.candidates[3].result.graph_us = "ok", 12.5
+    c = Comparison(candidates=ids[:3], peers=["cuBLAS"],
+                   times_us={ids[0]: [13.0, 13.2, 13.1], ids[1]: [13.5, 13.6, 13.4],
+                             ids[2]: [14.0, 14.1, 14.2], "cuBLAS": [13.0, 13.0, 13.0]})
+    c.rank()
+    _apply_comparison(rec.candidates, rec.peers, c)
+    rec.comparison = c
+    assert [x.id for x in rec.candidates] == ids
+    assert rec.top1.id == ids[0] == c.reference
+    assert rec.peer_ratios()["cuBLAS"]["rounds"] == 3
+
+
 def test_comparison_verdict_is_a_tie_when_the_spread_straddles_one():
     c = Comparison(candidates=["c0"], peers=["p"], times_us={"c0": [10.0] * 4,
                                                              "p": [9.0, 9.8, 10.3, 11.0]})
