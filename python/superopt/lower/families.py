@@ -62,8 +62,8 @@ class Family:
             best schedule reaches (the roofline estimate divides by it); 1.0 unless the
             family's cost model knows better (a GEMM with a prologue: :func:`gemm_rate`).
         structure: ``structure(config) -> tuple``: the fields that make two configurations
-            different kernels rather than refinements of one (tile shape, warpgroups,
-            schedule), or ``None``: the search measures the best configuration of each
+            different kernels rather than refinements of one (tile shape, K step,
+            warpgroups, schedule), or ``None``: the search measures the best configuration of each
             structure its cost model prices close to the best before near-copies
             (:func:`superopt.lower.config.config_space`).
     """
@@ -80,7 +80,7 @@ class Family:
 
 
 def _gemm_structure(c: GemmConfig) -> tuple:
-    return (c.block_m, c.block_n, c.threads, c.schedule, c.persistent, c.dual_mode)
+    return (c.block_m, c.block_n, c.block_k, c.threads, c.schedule, c.persistent, c.dual_mode)
 
 
 def _attention_structure(c: AttentionConfig) -> tuple:
