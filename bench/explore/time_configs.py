@@ -9,9 +9,11 @@ those families (``+``-joined, e.g. ``rowfused`` or ``rowreduce+gemm``), at its b
 configuration overridden by the partial config (``KEY`` as
 :func:`superopt.lower.config.complete_config` takes it: ``k1.schedule`` or a bare field of the
 dominant kernel; values parsed as int, ``true``/``false`` or text), e.g.
-``rowfused:blocks_per_sm=8,stage_stores=true``. The best-ranked configuration is the
-search's first, with its own choices of every field (a row tile's first is already staged
-where that applies): give the fields a comparison is about explicitly in every variant.
+``rowfused:blocks_per_sm=8,stage_stores=true``. The fields left out come from the
+best-ranked configuration that agrees with the ones given (since 2026-12-03; before, from the
+search's first, whatever its shape), with its own choices of every other field (a row tile's
+first is already staged where that applies): give the fields a comparison is about
+explicitly in every variant.
 
 Every variant is lowered here, compiled in the pool, checked against the float64 reference
 and timed with the peers named, interleaved in randomised order, ``--rounds`` rounds in each

@@ -138,7 +138,8 @@ def lower(derivation: "Any", config: Mapping[str, Any] | None = None,
             on ``graph``).
         config: the tile configuration, possibly partial: ``k<i>.<field>`` keys, or bare
             fields of the plan's dominant kernel such as ``{"block_m": 128, "stages": 2}``;
-            the rest is each kernel's best-ranked configuration.
+            the rest comes from each kernel's best-ranked configuration that agrees with
+            the fields given (:func:`~superopt.lower.config.complete_config`).
         graph: the graph a :class:`Derivation` rewrites; default: the reference case of the
             workload the derivation names.
         dtype: the storage dtype, ``"float16"`` or ``"bfloat16"`` (``"fp16"``/``"bf16"``).

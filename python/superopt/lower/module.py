@@ -255,7 +255,8 @@ def lower_derivation(graph: Graph, derivation: Derivation, config: dict, *,
 
     ``config`` is a flat, possibly partial configuration (``{"k0.block_m": 128, ...}``, or
     bare field names for the dominant kernel, :func:`~superopt.lower.config.complete_config`);
-    what it leaves out is the best-ranked configuration of each kernel.
+    what it leaves out comes from each kernel's best-ranked configuration that agrees with
+    the fields given.
 
     Raises:
         DerivationError: a step that does not apply; LoweringError: a plan no family
