@@ -157,6 +157,12 @@ def test_lean_producer_reference_shape():
     check_graph(g, "float16", _with(lean_producer=True))
 
 
+def test_uniform_warpgroup_index():
+    """The ping-pong tile compiled with its Q descriptors in uniform registers (a rewrite
+    of TileLang's CUDA, ``superopt.lower.cuda_rewrite``): causal GQA with ragged tiles."""
+    check_graph(_graph(lo=0), "float16", _with(uniform_wg=True))
+
+
 # ------------------------------------------------------------------ kernel-level edge cases
 
 

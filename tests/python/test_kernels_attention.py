@@ -415,6 +415,84 @@ def test_lean_producer(tmp_path):
     check_ws_cuda(cu, cfg)
 
 
+def test_uniform_warpgroup_index_rewrites_only_the_wgmma_calls(tmp_path):
+    """The rewrite of TileLang's CUDA for the ping-pong tile: the QKᵀ wgmma calls read the
+    warpgroup index from one warp-broadcast ``superopt_wg`` declared first in the kernel;
+    every other line is TileLang's. Text without the index is returned as it is; text with
+    it but no kernel definition is refused."""
+    from superopt.lower.cuda_rewrite import uniform_warpgroup_index
+
+    _, cu = _lower(tmp_path, REF, WS_PP, "uwg_text")
+    idx = "(((int)threadIdx.x) >> 7)"
+    wgmma = [ln for ln in cu.split("\n") if "tl::wgmma_ss<" in ln and idx in ln]
+    assert len(wgmma) == 2  # the first tile's QKᵀ and the steady state's
+    out = uniform_warpgroup_index(cu)
+    before, after = cu.split("\n"), out.split("\n")
+    assert len(after) == len(before) + 1
+    decl = "  const int superopt_wg = __shfl_sync(0xffffffffu, ((int)threadIdx.x) >> 7, 0);"
+    at = after.index(decl)
+    assert after[at - 1].startswith('extern "C" __global__ void __launch_bounds__(384, 1)')
+    rest = after[:at] + after[at + 1:]
+    changed = [(a, b) for a, b in zip(before, rest) if a != b]
+    assert [a for a, _ in changed] == wgmma
+    assert all(b == a.replace(idx, "superopt_wg") for a, b in changed)
+    assert not any("wgmma" in ln and idx in ln for ln in after)
+    assert uniform_warpgroup_index(out.replace(idx, "x")) == out.replace(idx, "x")
+    plain = "\n".join(ln for ln in cu.split("\n") if idx not in ln)
+    assert uniform_warpgroup_index(plain) == plain
+    with pytest.raises(ValueError, match="kernel definition"):
+        uniform_warpgroup_index("\n".join(wgmma))
+
+
+def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path, monkeypatch):
+    """A uniform_wg configuration: the generated module carries the rewrite (the same
+    function, copied) and compiles its attention kernel through TileLang's CUDA hook with
+    the cache-keying flag; nvcc builds the rewritten kernel; the hook is an identity again
+    afterwards, so the next kernel of the process compiles as TileLang wrote it."""
+    import tilelang
+
+    from superopt.derive import derive_all
+    from superopt.lower import lower_plan, match_plan, tl
+    from superopt.lower.config import complete_config
+    from superopt.lower.cuda_rewrite import UNIFORM_WG_FLAG, uniform_warpgroup_index
+    from superopt.workloads import WORKLOADS
+
+    cfg = replace(WS_PP, uniform_wg=True)
+    assert cfg.label() == "ws_pp_m128n128s2t384_uwg" and cfg in attention_config_space(REF)
+    assert replace(cfg, block_m=64, threads=256, pingpong=False).uniform_wg is False
+    g = WORKLOADS["attention"].graph(h=2, t_q=256, t_kv=256, d_h=128)
+    match = None
+    for d in derive_all(g):
+        try:
+            match = match_plan(d.plan)
+        except LoweringError:
+            continue
+        if match.families == ("attention",):
+            break
+    flat = complete_config(match, {"k0.block_m": 128, "k0.block_n": 128, "k0.stages": 2,
+                                   "k0.pingpong": True, "k0.uniform_wg": True})
+    mod = lower_plan(match, flat, directory=tmp_path)
+    src = mod.path.read_text()
+    assert "'k0_attention': compile_uniform_wg(build_k0_attention(), target)," in src
+    plain_mod = lower_plan(match, dict(flat, **{"k0.uniform_wg": False}), directory=tmp_path)
+    assert "compile_uniform_wg" not in plain_mod.path.read_text()
+    module = tl.import_module_file(mod.path, name="test_uwg_module")
+    (pf,) = mod.prim_funcs().values()
+    plain = tl.lower_to_cuda(pf)
+    assert module.uniform_warpgroup_index(plain) == uniform_warpgroup_index(plain)
+    seen = {}
+
+    def fake_compile(func, target=None, compile_flags=None):
+        seen["flags"] = compile_flags
+        return tl.lower_to_cuda(func, device_compile=True)  # TileLang's hook, then nvcc
+
+    monkeypatch.setattr(tilelang, "compile", fake_compile)
+    cu = module.compile_uniform_wg(pf, "cuda")
+    assert seen["flags"] == [UNIFORM_WG_FLAG]
+    assert cu == uniform_warpgroup_index(plain) != plain
+    assert tl.lower_to_cuda(pf) == plain  # the hook is an identity again
+
+
 def test_spec_validation_new_fields():
     with pytest.raises(LoweringError, match="kv_group"):
         AttentionSpec(batch=6, tq=1, tkv=1, dqk=16, dv=16, kv_group=4)

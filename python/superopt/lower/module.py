@@ -26,6 +26,7 @@ from ..errors import LoweringError
 from ..ir.dag import Graph
 from ..storage import atomic_write, cache_subdir
 from .config import complete_config, unflatten_config
+from .cuda_rewrite import module_helpers_source
 from .families import FAMILIES
 from .lowering import KernelLowering, PlanMatch, storage_dtype
 from .match import match_plan
@@ -126,6 +127,8 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     names.update(outs)
     arg_names = ", ".join(names[nid] for nid in g.input_ids)
     out_names = ", ".join(outs.values())
+    if any(getattr(cfg, "uniform_wg", False) for cfg in configs):
+        lines += ["", module_helpers_source(), ""]
     lines += [
         "",
         launcher_runtime_source(),
@@ -136,9 +139,12 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         "    return {",
     ]
     plans = [_launch_plan(kl, cfg) for kl, cfg in zip(kls_run, configs)]
-    for kl, lp in zip(kls_run, plans):
+    for kl, lp, cfg in zip(kls_run, plans, configs):
+        rewrite = getattr(cfg, "uniform_wg", False)
         for fn in (lp.funcs if lp else (kl.spec.name,)):
-            lines.append(f"        {fn!r}: tilelang.compile(build_{fn}(), target=target),")
+            call = (f"compile_uniform_wg(build_{fn}(), target)" if rewrite
+                    else f"tilelang.compile(build_{fn}(), target=target)")
+            lines.append(f"        {fn!r}: {call},")
     lines += [
         "    }",
         "",

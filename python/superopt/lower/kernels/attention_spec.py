@@ -171,6 +171,11 @@ class AttentionConfig:
             barriers expect 32 arrivals) and the other three warps of the producer
             warpgroup exit after giving up their registers, as FlashAttention-3/4 do;
             False: all four producer warps run the load loop and wait on every barrier.
+        uniform_wg: with >= 2 consumer warpgroups only (normalised to False otherwise):
+            the compiled CUDA reads the warpgroup index of the QKᵀ ``wgmma`` calls through
+            a warp broadcast, so nvcc keeps the Q descriptors in uniform registers
+            (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`). The same
+            kernel text; only its compilation differs.
     """
 
     block_m: int
@@ -184,6 +189,7 @@ class AttentionConfig:
     splits: int = 1
     pack_gqa: bool = False
     lean_producer: bool = False
+    uniform_wg: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -222,6 +228,8 @@ class AttentionConfig:
         # rescale placement is a "ws" option.
         if self.schedule != "ws" or self.consumer_warpgroups < 2:
             object.__setattr__(self, "pingpong", False)
+        if self.consumer_warpgroups < 2:
+            object.__setattr__(self, "uniform_wg", False)
         if self.schedule != "ws":
             object.__setattr__(self, "early_rescale", True)
             object.__setattr__(self, "lean_producer", False)
@@ -239,6 +247,7 @@ class AttentionConfig:
         tag += "" if self.splits == 1 else f"_kv{self.splits}"
         tag += "_gqa" if self.pack_gqa else ""
         tag += "_lean" if self.lean_producer else ""
+        tag += "_uwg" if self.uniform_wg else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def launch_plan(self, spec: AttentionSpec) -> "LaunchPlan | None":
