@@ -1270,3 +1270,28 @@ def test_row_config_space():
 def test_row_spec_errors(make, match):
     with pytest.raises(LoweringError, match=match):
         make()
+
+
+def test_uniform_wg_gemm_compiles_through_the_rewrite(tmp_path):
+    """An explicit uniform_wg GEMM configuration: its module compiles through the CUDA
+    rewrite, whose text TileLang's CUDA for the 128x256 "ws" kernel needs (each consumer
+    warpgroup's A rows addressed by the warpgroup index); one warpgroup is refused."""
+    from superopt.derive import derive_all
+    from superopt.errors import LoweringError as LE
+    from superopt.lower import lower_plan, match_plan, tl
+    from superopt.lower.config import complete_config
+    from superopt.lower.cuda_rewrite import uniform_warpgroup_index
+    from superopt.workloads import WORKLOADS
+
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph(m=256, d=256, n=512))[0].plan)
+    flat = complete_config(match, {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 3,
+                                   "threads": 256, "schedule": "ws", "cluster_m": 1,
+                                   "uniform_wg": True})
+    mod = lower_plan(match, flat, directory=tmp_path)
+    assert "'k0_gemm': compile_uniform_wg(build_k0_gemm(), target)," in mod.path.read_text()
+    (pf,) = mod.prim_funcs().values()
+    cu = tl.lower_to_cuda(pf)
+    assert uniform_warpgroup_index(cu).count("superopt_wg") == 3  # declared, read twice
+    with pytest.raises(LE, match="uniform_wg"):
+        lower_plan(match, dict(flat, **{"k0.threads": 128, "k0.block_m": 64}),
+                   directory=tmp_path)

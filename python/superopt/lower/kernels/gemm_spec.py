@@ -198,6 +198,11 @@ class GemmConfig:
             column tile, each recomputing the first product); 1 for every other GEMM.
         block_h: GEMM chains only: the intermediate's tile when it is streamed (0: the
             whole intermediate at once, at most 256 wide); 0 for every other GEMM.
+        uniform_wg: with >= 2 consumer warpgroups (``threads >= 256``): compile the same
+            kernel with the warpgroup index of its ``wgmma`` calls read through a warp
+            broadcast (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`; nvcc
+            13.0: 24 fewer instructions in the 128x256 "ws" kernel). Not in the search's
+            space until timed; explicit configurations only.
     """
 
     block_m: int
@@ -215,12 +220,13 @@ class GemmConfig:
     c_alias: bool = False
     col_tiles: int = 1
     block_h: int = 0
+    uniform_wg: bool = False
 
 
 _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, "threads": int,
                  "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
-                 "col_tiles": int, "block_h": int}
+                 "col_tiles": int, "block_h": int, "uniform_wg": bool}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
@@ -330,6 +336,9 @@ def check_config_fields(cfg: GemmConfig) -> None:
     if not isinstance(cfg, GemmConfig):
         raise LoweringError(f"a GEMM kernel takes a GemmConfig, got {type(cfg).__name__}")
     _check_types(cfg, _CONFIG_TYPES, "GEMM config")
+    if cfg.uniform_wg and cfg.threads < 256:
+        raise LoweringError(f"uniform_wg rewrites the index of several consumer warpgroups; "
+                            f"threads {cfg.threads} is one")
 
 
 def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
