@@ -35,7 +35,6 @@ from superopt.lower.kernels.gemm_spec import (SMEM_LIMIT_BYTES, GemmConfig, Gemm
                                               check_config, check_spec, gemm_accum_registers,
                                               gemm_block_threads, gemm_register_cap,
                                               gemm_smem_bytes)
-from superopt.lower.kernels.tiling import ceil_div
 from superopt.lower.match import match_kernel, match_plan
 from superopt.lower.matchers.gemm import position_index
 from superopt.lower.module import module_source
@@ -681,7 +680,7 @@ def test_output_dtype_follows_the_graph():
                                     for kl in match.kernels])
         assert re.search(r"t3 = torch\.empty\(\(1, 64, 48\), dtype=torch\.float32", src)
         assert re.search(rf"t4 = torch\.empty\([^)]*\), dtype=torch\.{dtype}", src)
-        assert f"C: T.Tensor((1, 64, 48), \"float32\")" in src
+        assert "C: T.Tensor((1, 64, 48), \"float32\")" in src
         assert f"C: T.Tensor((1, 64, 80), \"{dtype}\")" in src
 
 
