@@ -16,7 +16,9 @@ A generated module applies it through TileLang's CUDA post-processing hook aroun
 generated module imports nothing of superopt), with a ``-D`` compile flag so that TileLang's
 kernel cache keeps the rewritten and the plain build apart.
 
-Owns: the text rewrites. Imports nothing of the package.
+Owns: the text rewrites. Imports nothing of the package. :func:`compile_uniform_wg` is the
+generated module's helper (generated modules call TileLang themselves); the package itself
+reaches TileLang only through :mod:`.tl`.
 """
 
 from __future__ import annotations
