@@ -161,6 +161,24 @@ def test_uniform_warpgroup_index():
     """The ping-pong tile compiled with its Q descriptors in uniform registers (a rewrite
     of TileLang's CUDA, ``superopt.lower.cuda_rewrite``): causal GQA with ragged tiles."""
     check_graph(_graph(lo=0), "float16", _with(uniform_wg=True))
+    # and the build that ran is the rewritten one (not a plain build from TileLang's cache)
+    from superopt.derive import derive_all
+    from superopt.lower import lower_plan, match_plan
+    from superopt.lower.config import complete_config
+
+    g = _graph(lo=0)
+    for d in derive_all(g):
+        try:
+            match = match_plan(d.plan)
+        except Exception:  # noqa: BLE001 - not an attention plan
+            continue
+        if match.families == ("attention",):
+            break
+    flat = complete_config(match, {"k0.block_m": 128, "k0.block_n": 128, "k0.stages": 2,
+                                   "k0.pingpong": True, "k0.uniform_wg": True})
+    module = lower_plan(match, flat).module()
+    kernel = module.compile_kernels()["k0_attention"]
+    assert "superopt_wg" in kernel.get_kernel_source()
 
 
 # ------------------------------------------------------------------ kernel-level edge cases

@@ -442,6 +442,9 @@ def test_uniform_warpgroup_index_rewrites_only_the_wgmma_calls(tmp_path):
     assert uniform_warpgroup_index(plain) == plain
     with pytest.raises(ValueError, match="kernel definition"):
         uniform_warpgroup_index("\n".join(wgmma))
+    with pytest.raises(ValueError, match="whole warps"):
+        uniform_warpgroup_index(cu.replace("__launch_bounds__(384, 1)",
+                                           "__launch_bounds__(200, 1)"))
 
 
 def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path, monkeypatch):
@@ -488,9 +491,27 @@ def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path,
 
     monkeypatch.setattr(tilelang, "compile", fake_compile)
     cu = module.compile_uniform_wg(pf, "cuda")
-    assert seen["flags"] == [UNIFORM_WG_FLAG]
+    assert seen["flags"] == [UNIFORM_WG_FLAG] and module.UNIFORM_WG_FLAG == UNIFORM_WG_FLAG
+    assert module.UNIFORM_WG_KERNELS == ("k0_attention",)
     assert cu == uniform_warpgroup_index(plain) != plain
-    assert tl.lower_to_cuda(pf) == plain  # the hook is an identity again
+    assert tl.lower_to_cuda(pf) == plain  # no hook left behind
+
+    # a dry run records the CUDA as it is compiled (the worker applies the module's rewrite)
+    from superopt.run import protocol as P
+    from superopt.run.worker import Worker
+
+    reply = Worker("cpu", cuda_init=False).on_LowerToCuda(
+        P.LowerToCuda(str(mod.path), "test_uwg_dry_run"))
+    assert reply.value.status == "ok"
+    assert reply.value.cuda["k0_attention"] == uniform_warpgroup_index(plain)
+
+    def failing_compile(func, target=None, compile_flags=None):
+        raise RuntimeError("nvcc failed")
+
+    monkeypatch.setattr(tilelang, "compile", failing_compile)
+    with pytest.raises(RuntimeError, match="nvcc failed"):
+        module.compile_uniform_wg(pf, "cuda")
+    assert tl.lower_to_cuda(pf) == plain  # nor after a failed compile
 
 
 def test_spec_validation_new_fields():

@@ -152,6 +152,7 @@ def test_structures_first_keeps_row_kernels_in_model_order():
     space's order."""
     from superopt.lower.config import structures_first
 
+    seen = 0
     for name in ("rmsnorm", "attention"):
         for d in derive_all(WORKLOADS[name].graph()):
             try:
@@ -162,3 +163,19 @@ def test_structures_first_keeps_row_kernels_in_model_order():
                 if kl.family in ("rowfused", "rowreduce", "elementwise"):
                     space = kernel_config_space(kl)
                     assert structures_first(kl, space) == space
+                    seen += 1
+    assert seen > 10
+
+
+def test_an_option_outside_the_space_keeps_the_best_configuration_of_its_shape():
+    """``uniform_wg`` is in no configuration of the GEMM's space: completing a partial
+    configuration that sets it keeps everything else of the best configuration of the shape
+    given (its schedule and cluster too), not the options' defaults."""
+    from superopt.lower.config import complete_config
+
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph())[0].plan)
+    best = config_space(match, limit=1)[0]
+    for partial in ({"uniform_wg": True},
+                    {"block_m": best["k0.block_m"], "block_n": best["k0.block_n"],
+                     "uniform_wg": True}):
+        assert complete_config(match, partial) == dict(best, **{"k0.uniform_wg": True})

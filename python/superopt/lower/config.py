@@ -134,16 +134,21 @@ def complete_config(match: PlanMatch, partial: dict) -> dict:
 
 def _agreeing(kl: KernelLowering, space: list, given: dict):
     """The best-ranked configuration of ``space`` whose fields equal the ``k<i>.<field>``
-    values of ``given`` for kernel ``kl``; if none does, the best-ranked one with its
-    defaulted fields (those ``given`` leaves open) reset to their defaults."""
+    values of ``given`` for kernel ``kl``; else the best-ranked one that agrees on the given
+    shape fields (those without a default: tile, stages, threads), so that an option the
+    space never sets (``uniform_wg``) keeps the rest of the best configuration of that
+    shape; else the best-ranked one with its defaulted fields that ``given`` leaves open
+    reset to their defaults (a shape outside the space: its options were chosen for
+    another shape)."""
     head = f"k{kl.index}."
     mine = {k[len(head):]: v for k, v in given.items() if k.startswith(head)}
-    for cfg in space:
-        if all(getattr(cfg, f) == v for f, v in mine.items()):
-            return cfg
-    defaults = {f.name: f.default for f in fields(space[0])
-                if f.default is not MISSING and f.name not in mine}
-    return replace(space[0], **defaults)
+    optional = {f.name: f.default for f in fields(space[0]) if f.default is not MISSING}
+    shape = {f: v for f, v in mine.items() if f not in optional}
+    for want in (mine, shape):
+        for cfg in space:
+            if all(getattr(cfg, f) == v for f, v in want.items()):
+                return cfg
+    return replace(space[0], **{f: d for f, d in optional.items() if f not in mine})
 
 
 def flatten_config(configs: list) -> dict:

@@ -23,30 +23,31 @@ reaches TileLang only through :mod:`.tl`.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import re
 
-#: The compile flag that marks a build with the rewrite (and keys TileLang's cache).
-UNIFORM_WG_FLAG = "-DSUPEROPT_UNIFORM_WARPGROUP=1"
 #: What TileLang writes for the warpgroup index of a thread.
 _WG_INDEX = "(((int)threadIdx.x) >> 7)"
 #: A kernel definition's opening line (TileLang writes it on one line, ending in "{").
-_KERNEL_OPEN = re.compile(r'^extern "C" __global__ void __launch_bounds__\([^)]*\) \w+\(.*\{$',
+_KERNEL_OPEN = re.compile(r'^extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\) \w+\(.*\{$',
                           re.MULTILINE)
 
 
 def uniform_warpgroup_index(code: str) -> str:
     """``code`` with the warpgroup index in every ``tl::wgmma_ss``/``tl::wgmma_rs`` call
-    read from ``superopt_wg``, a ``const int`` that each kernel defines first thing as
-    ``__shfl_sync(0xffffffffu, ((int)threadIdx.x) >> 7, 0)``.
+    read from ``superopt_wg``, a ``const int`` that each kernel using it defines first thing
+    as ``__shfl_sync(0xffffffffu, ((int)threadIdx.x) >> 7, 0)``.
 
     Exact: a warp's 32 threads share ``threadIdx.x >> 7`` (warps are 32 consecutive threads
-    of a one-dimensional block), and at kernel entry every thread of the block is active,
-    which ``__shfl_sync`` with a full mask needs; a kernel whose ``wgmma`` calls do not use
-    the index is returned unchanged.
+    of a one-dimensional block whose size is a multiple of 32), and at kernel entry every
+    thread of the block is active, which ``__shfl_sync`` with a full mask needs; a kernel
+    whose ``wgmma`` calls do not use the index is returned unchanged.
 
     Raises:
         ValueError: the calls use the index but no kernel opening line was found (the text
-            is not TileLang's, or its format changed).
+            is not TileLang's, or its format changed), or a kernel that would read it has a
+            block that is not one-dimensional with a multiple of 32 threads.
     """
     lines = code.split("\n")
     used = False
@@ -57,41 +58,72 @@ def uniform_warpgroup_index(code: str) -> str:
     if not used:
         return code
     out = "\n".join(lines)
-    opened = [m.end() for m in _KERNEL_OPEN.finditer(out)]
+    opened = list(_KERNEL_OPEN.finditer(out))
     if not opened:
         raise ValueError("uniform_warpgroup_index: the wgmma calls use the warpgroup index but "
                          "no kernel definition line ('extern \"C\" __global__ void "
                          "__launch_bounds__(...) name(...) {') was found")
     decl = "\n  const int superopt_wg = __shfl_sync(0xffffffffu, ((int)threadIdx.x) >> 7, 0);"
-    for end in reversed(opened):
-        out = out[:end] + decl + out[end:]
+    ends = [m.start() for m in opened[1:]] + [len(out)]
+    for m, end in reversed(list(zip(opened, ends))):
+        body = out[m.end():end]
+        if "superopt_wg" not in body:
+            continue
+        threads = int(m.group(1))
+        if threads % 32 or "threadIdx.y" in body or "threadIdx.z" in body:
+            raise ValueError(f"uniform_warpgroup_index: a kernel of {threads} threads (or a "
+                             "block of more than one dimension) has partial warps; the "
+                             "warp broadcast needs whole warps of a one-dimensional block")
+        out = out[:m.end()] + decl + out[m.end():]
     return out
+
+
+#: The compile flag that marks a build with the rewrite and keys TileLang's cache (its
+#: value: the rewrite's own source hash, so that a changed rewrite is not served from a
+#: cache filled by the old one).
+UNIFORM_WG_FLAG = ("-DSUPEROPT_UNIFORM_WARPGROUP=0x" + hashlib.sha1(
+    inspect.getsource(uniform_warpgroup_index).encode()).hexdigest()[:12])
 
 
 def compile_uniform_wg(func, target):
     """Compile the ``T.prim_func`` ``func`` with :func:`uniform_warpgroup_index` applied to
-    its CUDA: TileLang's post-processing hook is registered for this one call (an identity
-    hook afterwards, so later kernels of the process compile as written) and
-    :data:`UNIFORM_WG_FLAG` keys TileLang's kernel cache apart from the plain build."""
+    its CUDA: TileLang's post-processing hook is set for this one call, after any hook that
+    was there (which is restored afterwards, or the hook removed), under a lock shared by
+    every generated module of the process; :data:`UNIFORM_WG_FLAG` keys TileLang's kernel
+    cache apart from the plain build."""
+    import threading
+
     import tilelang
-    from tilelang.engine import register_cuda_postproc
+    import tvm_ffi
 
-    register_cuda_postproc(lambda code, _target: uniform_warpgroup_index(code))
-    try:
-        return tilelang.compile(func, target=target, compile_flags=[UNIFORM_WG_FLAG])
-    finally:
-        register_cuda_postproc(lambda code, _target: code)
+    name = "tilelang_callback_cuda_postproc"
+    lock = tilelang.__dict__.setdefault("_superopt_postproc_lock", threading.Lock())
+    with lock:
+        previous = tvm_ffi.get_global_func(name, allow_missing=True)
+
+        def hook(code, target_):
+            return uniform_warpgroup_index(previous(code, target_) if previous else code)
+
+        tvm_ffi.register_global_func(name, f=hook, override=True)
+        try:
+            return tilelang.compile(func, target=target, compile_flags=[UNIFORM_WG_FLAG])
+        finally:
+            if previous is not None:
+                tvm_ffi.register_global_func(name, f=previous, override=True)
+            else:
+                tvm_ffi.remove_global_func(name)
 
 
-def module_helpers_source() -> str:
+def module_helpers_source(kernels) -> str:
     """The text of this module's rewrite and compile helper, for a generated module (which
-    imports nothing of superopt): one definition, copied."""
-    import inspect
-
+    imports nothing of superopt): one definition, copied; ``UNIFORM_WG_KERNELS`` names the
+    module's kernels built with it (``kernels``), so that a dry run records their CUDA as
+    compiled."""
     return "\n".join([
         "import re",
         "",
         f"UNIFORM_WG_FLAG = {UNIFORM_WG_FLAG!r}",
+        f"UNIFORM_WG_KERNELS = {tuple(kernels)!r}",
         f"_WG_INDEX = {_WG_INDEX!r}",
         f"_KERNEL_OPEN = re.compile({_KERNEL_OPEN.pattern!r}, re.MULTILINE)",
         "",

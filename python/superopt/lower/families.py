@@ -80,7 +80,8 @@ class Family:
 
 
 def _gemm_structure(c: GemmConfig) -> tuple:
-    return (c.block_m, c.block_n, c.block_k, c.threads, c.schedule, c.persistent, c.dual_mode)
+    return (c.block_m, c.block_n, c.block_k, c.threads, c.schedule, c.persistent, c.dual_mode,
+            c.col_tiles, c.block_h)  # the last two: a GEMM chain's intermediate tiling
 
 
 def _attention_structure(c: AttentionConfig) -> tuple:

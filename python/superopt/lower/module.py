@@ -127,8 +127,11 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     names.update(outs)
     arg_names = ", ".join(names[nid] for nid in g.input_ids)
     out_names = ", ".join(outs.values())
-    if any(getattr(cfg, "uniform_wg", False) for cfg in configs):
-        lines += ["", module_helpers_source(), ""]
+    rewritten = [fn for kl, cfg in zip(kls_run, configs) if getattr(cfg, "uniform_wg", False)
+                 for fn in (_launch_plan(kl, cfg).funcs if _launch_plan(kl, cfg)
+                            else (kl.spec.name,))]
+    if rewritten:
+        lines += ["", module_helpers_source(rewritten), ""]
     lines += [
         "",
         launcher_runtime_source(),

@@ -219,11 +219,11 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
                                schedule="ws", pingpong=pp, early_rescale=early)
         cands.append(base)
         if (bm, bn, st) == (128, 128, 2) and pp:
-            # FlashAttention-3/4's one-warp producer, beside its four-warp twin (same cost:
-            # tried right after it)
+            # FlashAttention-3/4's one-warp producer, beside its four-warp twin (same cost;
+            # the search's structures-first order tries it after the other tiles)
             cands.append(replace(base, lean_producer=True))
             # the same kernel with its Q descriptors in uniform registers (a compile-time
-            # rewrite of the CUDA; same cost)
+            # rewrite of the CUDA; same cost, tried likewise)
             cands.append(replace(base, uniform_wg=True))
     for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
         cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th,
