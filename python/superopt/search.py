@@ -41,7 +41,7 @@ from .derive.plan import stored_by_every_plan
 from .dtypes import STORAGE_DTYPES, dtype_name, itemsize, storage_dtype as _storage
 from .errors import DerivationError, Interrupted, LoweringError, SuperoptError, from_exception
 from .ir.dag import Graph
-from .lower.config import config_space
+from .lower.config import config_space, leaders_first
 from .lower.families import FAMILIES
 from .lower.lowering import KernelLowering, PlanMatch, storage_dtype
 from .lower.match import lowerable, match_plan
@@ -168,18 +168,8 @@ def _leaders_first(ranked: list[tuple]) -> list[tuple]:
     a few per cent worse (e.g. one GEMM that also sums A's squares against a row reduction
     then a GEMM) still gets a candidate instead of losing every slot to near-copies of the
     leader from other derivations."""
-    if not ranked:
-        return ranked
-    bound = ranked[0][0] * CONTENDER_FACTOR
-    leaders, seen = [], set()
-    for i, (est, _, m) in enumerate(ranked):
-        if est > bound:
-            break
-        if m.families not in seen:
-            seen.add(m.families)
-            leaders.append(i)
-    chosen = set(leaders)
-    return [ranked[i] for i in leaders] + [r for i, r in enumerate(ranked) if i not in chosen]
+    return leaders_first(ranked, [r[0] for r in ranked], lambda r: r[2].families,
+                         CONTENDER_FACTOR)
 
 
 def _configs_best_first(m: PlanMatch, first: int):

@@ -41,7 +41,7 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     spaces = [kernel_config_space(kl) for kl in kls]
     if any(not s for s in spaces):
         return []
-    main = max(range(len(kls)), key=lambda i: (kls[i].flops, -i))
+    main = dominant_kernel(match)
     out = []
     for cfg in structures_first(kls[main], spaces[main])[:limit]:
         chosen = [cfg if i == main else spaces[i][0] for i in range(len(kls))]
@@ -70,17 +70,28 @@ def structures_first(kl: KernelLowering, space: list) -> list:
     costs = [fam.cost(kl.spec, c) for c in space]
     if not all(isinstance(c, (int, float)) for c in costs) or costs[0] <= 0:
         return space
-    bound = costs[0] * STRUCTURE_FACTOR
+    return leaders_first(space, costs, fam.structure, STRUCTURE_FACTOR)
+
+
+def leaders_first(items: list, costs: list, key, factor: float) -> list:
+    """``items`` (ordered by ``costs``, ascending) reordered: first the first item of each
+    distinct ``key(item)`` among those costing at most ``factor`` × the first's cost, in
+    order, then the rest in their order. The first item stays first. The search uses it for
+    plans (key: the kernel families) and for configurations (key: the family's
+    structure)."""
+    if not items:
+        return items
+    bound = costs[0] * factor
     leaders, seen = [], set()
-    for i, (cfg, cost) in enumerate(zip(space, costs)):
+    for i, (item, cost) in enumerate(zip(items, costs)):
         if cost > bound:
             break
-        key = fam.structure(cfg)
-        if key not in seen:
-            seen.add(key)
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
             leaders.append(i)
     chosen = set(leaders)
-    return [space[i] for i in leaders] + [c for i, c in enumerate(space) if i not in chosen]
+    return [items[i] for i in leaders] + [x for i, x in enumerate(items) if i not in chosen]
 
 
 def dominant_kernel(match: PlanMatch) -> int:
@@ -91,10 +102,9 @@ def dominant_kernel(match: PlanMatch) -> int:
 
 def complete_config(match: PlanMatch, partial: dict) -> dict:
     """A whole flat configuration from a partial one: for each kernel, the best-ranked
-    configuration that agrees with every field ``partial`` gives it; where none in the space
-    agrees, the best-ranked one with each field the family's config type defaults (an
-    option such as ``stage_stores``) back at its default, so an option chosen for another
-    shape is not carried onto the shape asked for. ``partial`` then overrides.
+    configuration that agrees with the fields ``partial`` gives it (:func:`_agreeing`: all
+    of them, else the shape fields, else the best with its options at their defaults), then
+    overridden by ``partial``.
 
     Keys of ``partial`` are ``k<i>.<field>`` or a bare ``<field>``, which means the dominant
     kernel's (:func:`dominant_kernel`), so that ``{"block_m": 128, "stages": 2}`` configures

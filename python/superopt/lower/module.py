@@ -127,9 +127,10 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     names.update(outs)
     arg_names = ", ".join(names[nid] for nid in g.input_ids)
     out_names = ", ".join(outs.values())
-    rewritten = [fn for kl, cfg in zip(kls_run, configs) if getattr(cfg, "uniform_wg", False)
-                 for fn in (_launch_plan(kl, cfg).funcs if _launch_plan(kl, cfg)
-                            else (kl.spec.name,))]
+    plans = [_launch_plan(kl, cfg) for kl, cfg in zip(kls_run, configs)]
+    funcs = [lp.funcs if lp else (kl.spec.name,) for kl, lp in zip(kls_run, plans)]
+    rewritten = [fn for fns, cfg in zip(funcs, configs) if getattr(cfg, "uniform_wg", False)
+                 for fn in fns]
     if rewritten:
         lines += ["", module_helpers_source(rewritten), ""]
     lines += [
@@ -141,11 +142,9 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         "    target = _target()",
         "    return {",
     ]
-    plans = [_launch_plan(kl, cfg) for kl, cfg in zip(kls_run, configs)]
-    for kl, lp, cfg in zip(kls_run, plans, configs):
-        rewrite = getattr(cfg, "uniform_wg", False)
-        for fn in (lp.funcs if lp else (kl.spec.name,)):
-            call = (f"compile_uniform_wg(build_{fn}(), target)" if rewrite
+    for fns in funcs:
+        for fn in fns:
+            call = (f"compile_uniform_wg(build_{fn}(), target)" if fn in rewritten
                     else f"tilelang.compile(build_{fn}(), target=target)")
             lines.append(f"        {fn!r}: {call},")
     lines += [
