@@ -67,16 +67,44 @@ def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(xs), q[2]
 
 
-def main() -> int:
+def lower_variants(g, variants: list[str], dtype: str, directory: Path) -> list[tuple]:
+    """Each ``VARIANT`` of graph ``g`` lowered into ``directory``: ``(derivation, estimate
+    µs, flat config, LoweredModule)`` of the best-estimated plan of its families at its
+    completed configuration."""
     from superopt.derive import derive_all
-    from superopt.graphs import load_graph
     from superopt.lower import lower_plan, match_plan
     from superopt.lower.config import complete_config
     from superopt.lower.module import module_header
+    from superopt.search import estimate_us
+
+    best: dict[tuple[str, ...], tuple] = {}
+    for d in derive_all(g):
+        try:
+            m = match_plan(d.plan, dtype)
+        except Exception:  # noqa: BLE001 - not lowerable: not a variant's plan
+            continue
+        est = estimate_us(m)
+        if m.families not in best or est < best[m.families][0]:
+            best[m.families] = (est, d, m)
+    out = []
+    for text in variants:
+        fams, partial = parse_variant(text)
+        if fams not in best:
+            raise SystemExit(f"variant {text!r}: no plan of families {fams}; the graph's: "
+                             f"{sorted('+'.join(f) for f in best)}")
+        est, d, m = best[fams]
+        cfg = complete_config(m, partial)
+        mod = lower_plan(m, cfg, header=module_header(g, d.derivation, dtype),
+                         directory=directory)
+        out.append((d, est, cfg, mod))
+    return out
+
+
+def main() -> int:
+    from superopt.graphs import load_graph
     from superopt.run.pool import compile_candidates
     from superopt.run.records import Candidate
     from superopt.run.session import Session
-    from superopt.search import estimate_us
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("spec")
@@ -90,26 +118,10 @@ def main() -> int:
     a = ap.parse_args()
     sizes = {k: int(v) for k, v in (p.split("=") for p in a.case.split(",") if p)}
     g = load_graph(a.spec, sizes)
-    best: dict[tuple[str, ...], tuple] = {}
-    for d in derive_all(g):
-        try:
-            m = match_plan(d.plan, a.dtype)
-        except Exception:  # noqa: BLE001 - not lowerable: not a variant's plan
-            continue
-        est = estimate_us(m)
-        if m.families not in best or est < best[m.families][0]:
-            best[m.families] = (est, d, m)
     directory = Path(tempfile.mkdtemp(prefix="time_configs_"))
     cands, rows = [], []
-    for i, text in enumerate(a.variants):
-        fams, partial = parse_variant(text)
-        if fams not in best:
-            raise SystemExit(f"variant {text!r}: no plan of families {fams}; the graph's: "
-                             f"{sorted('+'.join(f) for f in best)}")
-        est, d, m = best[fams]
-        cfg = complete_config(m, partial)
-        mod = lower_plan(m, cfg, header=module_header(g, d.derivation, a.dtype),
-                         directory=directory)
+    for i, (text, (d, est, cfg, mod)) in enumerate(
+            zip(a.variants, lower_variants(g, a.variants, a.dtype, directory))):
         cands.append(Candidate(f"v{i}", d.derivation.id, cfg, str(mod.path), mod.source_hash))
         rows.append({"subject": f"v{i}", "variant": text, "derivation": d.derivation.id,
                      "estimate_us": round(est, 2), "config": cfg})

@@ -157,10 +157,17 @@ def test_lean_producer_reference_shape():
     check_graph(g, "float16", _with(lean_producer=True))
 
 
-def test_uniform_warpgroup_index():
-    """The ping-pong tile compiled with its Q descriptors in uniform registers (a rewrite
-    of TileLang's CUDA, ``superopt.lower.cuda_rewrite``): causal GQA with ragged tiles."""
-    check_graph(_graph(lo=0), "float16", _with(uniform_wg=True))
+@pytest.mark.parametrize("rewrite,marker", [("uniform_wg", "superopt_wg"),
+                                             ("split_reductions", "_part1_")])
+def test_cuda_rewrites(rewrite, marker):
+    """The ping-pong tile compiled with a rewrite of TileLang's CUDA
+    (``superopt.lower.cuda_rewrite``: the warp-uniform warpgroup index, the split row
+    reductions): causal GQA with ragged tiles against the float64 reference."""
+    def pick(space, m):  # the option on the space's ping-pong tiles (it may not be in it)
+        return [dict(c, **{f"k0.{rewrite}": True}) for c in space
+                if c["k0.block_m"] == 128 and c["k0.pingpong"]][:2]
+
+    check_graph(_graph(lo=0), "float16", pick)
     # and the build that ran is the rewritten one (not a plain build from TileLang's cache)
     from superopt.derive import derive_all
     from superopt.lower import lower_plan, match_plan
@@ -175,10 +182,10 @@ def test_uniform_warpgroup_index():
         if match.families == ("attention",):
             break
     flat = complete_config(match, {"k0.block_m": 128, "k0.block_n": 128, "k0.stages": 2,
-                                   "k0.pingpong": True, "k0.uniform_wg": True})
+                                   "k0.pingpong": True, f"k0.{rewrite}": True})
     module = lower_plan(match, flat).module()
     kernel = module.compile_kernels()["k0_attention"]
-    assert "superopt_wg" in kernel.get_kernel_source()
+    assert marker in kernel.get_kernel_source()
 
 
 # ------------------------------------------------------------------ kernel-level edge cases

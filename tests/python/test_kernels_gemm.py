@@ -1287,7 +1287,8 @@ def test_uniform_wg_gemm_compiles_through_the_rewrite(tmp_path):
                                    "threads": 256, "schedule": "ws", "cluster_m": 1,
                                    "uniform_wg": True})
     mod = lower_plan(match, flat, directory=tmp_path)
-    assert "'k0_gemm': compile_uniform_wg(build_k0_gemm(), target)," in mod.path.read_text()
+    assert ("'k0_gemm': compile_rewritten(build_k0_gemm(), target, ('uniform_wg',), "
+            in mod.path.read_text())
     (pf,) = mod.prim_funcs().values()
     cu = tl.lower_to_cuda(pf)
     assert uniform_warpgroup_index(cu).count("superopt_wg") == 3  # declared, read twice

@@ -1,22 +1,31 @@
 """Rewrites of the CUDA C that TileLang generates, where TileLang 0.1.15 has no option for
-what a schedule needs.
+what a schedule needs. Each is exact (the same results, bit for bit or up to the order of a
+float sum) and named in :data:`REWRITES`; a kernel configuration lists the ones it asks for
+(``cuda_rewrites()`` of :class:`~.kernels.attention_spec.AttentionConfig` and
+:class:`~.kernels.gemm_spec.GemmConfig`).
 
-One rewrite so far, :func:`uniform_warpgroup_index`. TileLang's ``wgmma`` lowering addresses
-each consumer warpgroup's rows of a shared A tile (attention's Q) with
-``(((int)threadIdx.x) >> 7)``; nvcc cannot prove that value warp-uniform, so the eight Q
-descriptors of a 128-row tile live in ordinary registers and each QKᵀ ``HGMMA`` first copies
-its descriptor into uniform registers (``R2UR``; the SASS of 2026-12-02,
-``bench/results/2026-12-02c-session/sass/attention.sass.gz``). CUTLASS reads the warpgroup
-index through ``__shfl_sync(0xffffffff, threadIdx.x / 128, 0)`` for this reason (its
-``canonical_warp_group_idx``). The rewrite does the same in the ``wgmma`` calls only.
+* ``uniform_wg`` (:func:`uniform_warpgroup_index`). TileLang's ``wgmma`` lowering addresses
+  each consumer warpgroup's rows of a shared A tile (attention's Q) with
+  ``(((int)threadIdx.x) >> 7)``; nvcc cannot prove that value warp-uniform, so the eight Q
+  descriptors of a 128-row tile live in ordinary registers and each QKᵀ ``HGMMA`` first
+  copies its descriptor into uniform registers (``R2UR``; the SASS of 2026-12-02,
+  ``bench/results/2026-12-02c-session/sass/attention.sass.gz``). CUTLASS reads the warpgroup
+  index through ``__shfl_sync(0xffffffff, threadIdx.x / 128, 0)`` for this reason (its
+  ``canonical_warp_group_idx``). The rewrite does the same in the ``wgmma`` calls only.
+  Timed on the H200 (2026-12-03): a tie in attention and the "ws" GEMM.
+* ``split_reductions`` (:func:`split_thread_reductions`). TileLang reduces a thread's share
+  of a fragment row (``T.reduce_max``/``T.reduce_sum``) in one dependent chain, 32 ``FMNMX``
+  or ``FADD`` long for a 128-key attention tile, issued one latency apart; the rewrite keeps
+  four partial accumulators and combines them at the end, as FlashAttention-4's SM90
+  ``fmax_reduce`` does.
 
-A generated module applies it through TileLang's CUDA post-processing hook around the one
-``tilelang.compile`` call of a kernel configured for it
+A generated module applies them through TileLang's CUDA post-processing hook around the one
+``tilelang.compile`` call of a kernel configured for them
 (:func:`superopt.lower.module.module_source` embeds this module's functions, since a
 generated module imports nothing of superopt), with a ``-D`` compile flag so that TileLang's
 kernel cache keeps the rewritten and the plain build apart.
 
-Owns: the text rewrites. Imports nothing of the package. :func:`compile_uniform_wg` is the
+Owns: the text rewrites. Imports nothing of the package. :func:`compile_rewritten` is the
 generated module's helper (generated modules call TileLang themselves); the package itself
 reaches TileLang only through :mod:`.tl`.
 """
@@ -78,58 +87,135 @@ def uniform_warpgroup_index(code: str) -> str:
     return out
 
 
-#: The compile flag that marks a build with the rewrite and keys TileLang's cache (its
-#: value: the rewrite's own source hash, so that a changed rewrite is not served from a
-#: cache filled by the old one).
-UNIFORM_WG_FLAG = ("-DSUPEROPT_UNIFORM_WARPGROUP=0x" + hashlib.sha1(
-    inspect.getsource(uniform_warpgroup_index).encode()).hexdigest()[:12])
+
+#: A thread-local reduction loop as TileLang writes it: ``ACC = max(ACC, EXPR);`` or
+#: ``ACC = (ACC + EXPR);`` in an unrolled loop over ``RV`` of ``N`` steps.
+_REDUCTION_LOOP = re.compile(
+    r"^(?P<ind>[ \t]*)#pragma unroll\n"
+    r"[ \t]*for \(int (?P<rv>\w+) = 0; (?P=rv) < (?P<n>\d+); \+\+(?P=rv)\) \{\n"
+    r"[ \t]*(?P<acc>\w+(?:\[\w+\])?) = "
+    r"(?:max\((?P=acc), (?P<emax>.+)\)|\((?P=acc) \+ (?P<esum>.+)\));\n"
+    r"[ \t]*\}$", re.MULTILINE)
 
 
-def compile_uniform_wg(func, target):
-    """Compile the ``T.prim_func`` ``func`` with :func:`uniform_warpgroup_index` applied to
-    its CUDA: TileLang's post-processing hook is set for this one call, after any hook that
-    was there (which is restored afterwards, or the hook removed), under a lock shared by
-    every generated module of the process; :data:`UNIFORM_WG_FLAG` keys TileLang's kernel
-    cache apart from the plain build."""
+def split_thread_reductions(code: str, ways: int = 4) -> str:
+    """``code`` with every float reduction loop that TileLang writes for a thread's share of
+    a fragment row (``for (int rv = 0; rv < N; ++rv) { acc = max(acc, e(rv)); }``, or
+    ``acc = (acc + e(rv))``) split into ``ways`` independent accumulators: ``acc`` itself
+    takes the steps ``rv ≡ 0 (mod ways)``, three new locals (initialised to ``-inf`` or
+    ``0``) the others, and a pairwise combination ends the block. Loops whose length is not
+    a multiple of ``ways`` or shorter than ``2 * ways``, and accumulators not declared
+    ``float`` in the text, are left as they are.
+
+    Exact for ``max`` (``fmaxf`` is associative and commutative, NaN included); a sum is
+    reassociated (float32 rounding, no worse than the chain's). ``code`` without such a
+    loop is returned unchanged.
+    """
+    floats = set(re.findall(r"\bfloat (\w+)(?:\[|\s*[=;])", code))
+
+    def split(m: "re.Match[str]") -> str:
+        n, acc, rv, ind = int(m["n"]), m["acc"], m["rv"], m["ind"]
+        base = acc.split("[")[0]
+        if n % ways or n < 2 * ways or base not in floats:
+            return m.group(0)
+        is_max = m["emax"] is not None
+        expr = m["emax"] if is_max else m["esum"]
+
+        def op(a: str, b: str) -> str:
+            return f"max({a}, {b})" if is_max else f"({a} + {b})"
+
+        parts = [acc] + [f"{base}_part{j}_{rv}" for j in range(1, ways)]
+        init = "-CUDART_INF_F" if is_max else "0x0p+0f"
+        out = [f"{ind}{{",
+               f"{ind}  float " + ", ".join(f"{p} = {init}" for p in parts[1:]) + ";",
+               f"{ind}  #pragma unroll",
+               f"{ind}  for (int {rv} = 0; {rv} < {n}; {rv} += {ways}) {{"]
+        for j, p in enumerate(parts):
+            step = re.sub(rf"\b{rv}\b", f"({rv} + {j})", expr)
+            out.append(f"{ind}    {p} = {op(p, step)};")
+        out.append(f"{ind}  }}")
+        while len(parts) > 1:
+            parts = [op(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        out += [f"{ind}  {acc} = {parts[0]};", f"{ind}}}"]
+        return "\n".join(out)
+
+    return _REDUCTION_LOOP.sub(split, code)
+
+
+#: Every rewrite by name, in the order a kernel's list is applied.
+REWRITES = {"uniform_wg": uniform_warpgroup_index, "split_reductions": split_thread_reductions}
+
+
+def rewrite_flag(names) -> str:
+    """The compile flag that marks a build with the rewrites ``names`` and keys TileLang's
+    kernel cache: a hash of their names and their own source, so that a changed rewrite is
+    not served from a cache filled by the old one."""
+    text = "".join(n + inspect.getsource(REWRITES[n]) for n in names)
+    return "-DSUPEROPT_CUDA_REWRITE=0x" + hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def apply_rewrites(code: str, names) -> str:
+    """``code`` with the rewrites ``names`` applied in order (:data:`REWRITES`)."""
+    for name in names:
+        code = REWRITES[name](code)
+    return code
+
+
+def compile_rewritten(func, target, names, flag):
+    """Compile the ``T.prim_func`` ``func`` with the rewrites ``names`` applied to its CUDA
+    (:func:`apply_rewrites`): TileLang's post-processing hook is set for this one call,
+    after any hook that was there (which is restored afterwards, or the hook removed), under
+    a lock shared by every generated module of the process; ``flag``
+    (:func:`rewrite_flag`) keys TileLang's kernel cache apart from the plain build."""
     import threading
 
     import tilelang
     import tvm_ffi
 
-    name = "tilelang_callback_cuda_postproc"
+    hook_name = "tilelang_callback_cuda_postproc"
     lock = tilelang.__dict__.setdefault("_superopt_postproc_lock", threading.Lock())
     with lock:
-        previous = tvm_ffi.get_global_func(name, allow_missing=True)
+        previous = tvm_ffi.get_global_func(hook_name, allow_missing=True)
 
         def hook(code, target_):
-            return uniform_warpgroup_index(previous(code, target_) if previous else code)
+            return apply_rewrites(previous(code, target_) if previous else code, names)
 
-        tvm_ffi.register_global_func(name, f=hook, override=True)
+        tvm_ffi.register_global_func(hook_name, f=hook, override=True)
         try:
-            return tilelang.compile(func, target=target, compile_flags=[UNIFORM_WG_FLAG])
+            return tilelang.compile(func, target=target, compile_flags=[flag])
         finally:
             if previous is not None:
-                tvm_ffi.register_global_func(name, f=previous, override=True)
+                tvm_ffi.register_global_func(hook_name, f=previous, override=True)
             else:
-                tvm_ffi.remove_global_func(name)
+                tvm_ffi.remove_global_func(hook_name)
 
 
-def module_helpers_source(kernels) -> str:
-    """The text of this module's rewrite and compile helper, for a generated module (which
-    imports nothing of superopt): one definition, copied; ``UNIFORM_WG_KERNELS`` names the
-    module's kernels built with it (``kernels``), so that a dry run records their CUDA as
-    compiled."""
+def module_helpers_source(kernels: dict) -> str:
+    """The text of this module's rewrites and compile helper, for a generated module (which
+    imports nothing of superopt): each definition, copied; ``REWRITTEN_KERNELS`` maps each
+    of the module's kernels built with rewrites (``kernels``: name to rewrite names) to
+    those names, so that a dry run records their CUDA as compiled."""
     return "\n".join([
         "import re",
         "",
-        f"UNIFORM_WG_FLAG = {UNIFORM_WG_FLAG!r}",
-        f"UNIFORM_WG_KERNELS = {tuple(kernels)!r}",
+        f"REWRITTEN_KERNELS = {dict(kernels)!r}",
         f"_WG_INDEX = {_WG_INDEX!r}",
         f"_KERNEL_OPEN = re.compile({_KERNEL_OPEN.pattern!r}, re.MULTILINE)",
+        f"_REDUCTION_LOOP = re.compile({_REDUCTION_LOOP.pattern!r}, re.MULTILINE)",
         "",
         "",
         inspect.getsource(uniform_warpgroup_index).rstrip(),
         "",
         "",
-        inspect.getsource(compile_uniform_wg).rstrip(),
+        inspect.getsource(split_thread_reductions).rstrip(),
+        "",
+        "",
+        "REWRITES = {" + ", ".join(f"{n!r}: {f.__name__}" for n, f in REWRITES.items()) + "}",
+        "",
+        "",
+        inspect.getsource(apply_rewrites).rstrip(),
+        "",
+        "",
+        inspect.getsource(compile_rewritten).rstrip(),
     ])

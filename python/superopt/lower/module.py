@@ -26,7 +26,7 @@ from ..errors import LoweringError
 from ..ir.dag import Graph
 from ..storage import atomic_write, cache_subdir
 from .config import complete_config, unflatten_config
-from .cuda_rewrite import module_helpers_source
+from .cuda_rewrite import module_helpers_source, rewrite_flag
 from .families import FAMILIES
 from .lowering import KernelLowering, PlanMatch, storage_dtype
 from .match import match_plan
@@ -129,8 +129,8 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     out_names = ", ".join(outs.values())
     plans = [_launch_plan(kl, cfg) for kl, cfg in zip(kls_run, configs)]
     funcs = [lp.funcs if lp else (kl.spec.name,) for kl, lp in zip(kls_run, plans)]
-    rewritten = [fn for fns, cfg in zip(funcs, configs) if getattr(cfg, "uniform_wg", False)
-                 for fn in fns]
+    rewritten = {fn: cfg.cuda_rewrites() for fns, cfg in zip(funcs, configs)
+                 if getattr(cfg, "cuda_rewrites", None) and cfg.cuda_rewrites() for fn in fns}
     if rewritten:
         lines += ["", module_helpers_source(rewritten), ""]
     lines += [
@@ -144,7 +144,8 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     ]
     for fns in funcs:
         for fn in fns:
-            call = (f"compile_uniform_wg(build_{fn}(), target)" if fn in rewritten
+            call = (f"compile_rewritten(build_{fn}(), target, {rewritten[fn]!r}, "
+                    f"{rewrite_flag(rewritten[fn])!r})" if fn in rewritten
                     else f"tilelang.compile(build_{fn}(), target=target)")
             lines.append(f"        {fn!r}: {call},")
     lines += [

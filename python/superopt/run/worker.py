@@ -226,11 +226,11 @@ class Worker:
         cuda, launch = {}, {}
         try:
             mod = tl.import_module_file(req.module_path, req.module_name)
-            rewritten = getattr(mod, "UNIFORM_WG_KERNELS", ())
+            rewritten = getattr(mod, "REWRITTEN_KERNELS", {})
             for name, fn in prim_funcs(mod).items():
                 cuda[name], launch[name] = tl.lower_with_launch_info(fn)
                 if name in rewritten:  # recorded as it is compiled
-                    cuda[name] = mod.uniform_warpgroup_index(cuda[name])
+                    cuda[name] = mod.apply_rewrites(cuda[name], rewritten[name])
         except Exception as e:  # noqa: BLE001 - reported per candidate
             return P.Reply(P.LowerOutcome("compile_error", _short(e), time.perf_counter() - t0,
                                           cuda, launch))

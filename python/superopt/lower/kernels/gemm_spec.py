@@ -202,7 +202,8 @@ class GemmConfig:
             kernel with the warpgroup index of its ``wgmma`` calls read through a warp
             broadcast (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`; nvcc
             13.0: 24 fewer instructions in the 128x256 "ws" kernel). Not in the search's
-            space until timed; explicit configurations only.
+            space: timed on the H200 (2026-12-03) a tie with the plain build; explicit
+            configurations only.
     """
 
     block_m: int
@@ -221,6 +222,11 @@ class GemmConfig:
     col_tiles: int = 1
     block_h: int = 0
     uniform_wg: bool = False
+
+    def cuda_rewrites(self) -> tuple[str, ...]:
+        """The rewrites of TileLang's CUDA this configuration compiles with, by name
+        (:data:`superopt.lower.cuda_rewrite.REWRITES`)."""
+        return ("uniform_wg",) if self.uniform_wg else ()
 
 
 _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, "threads": int,
