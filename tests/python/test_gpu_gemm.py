@@ -591,3 +591,42 @@ def test_math_reference_sanity():
     with pytest.raises(pytest.fail.Exception):
         check_close(np.array([1.0 + 8 * 2 ** -11]), np.array([1.0]), "float16")
     assert math.isclose(UNIT["bfloat16"], 1 / 256)
+
+
+@pytest.mark.parametrize("tile", [(128, 256, 2, True), (256, 128, 1, True), (128, 256, 2, False)])
+def test_programmatic_dependent_launch_sees_the_previous_grid(tmp_path, tile):
+    """``pdl=True`` ("ws", with and without a 2-CTA cluster), and a cluster kernel without
+    it (TileLang launches clusters with programmatic serialisation allowed): eight launches
+    back to back on one stream, each multiplying the previous one's output by an orthogonal
+    W, so every launch may start while the one before drains and must see all of its output
+    after ``griddepcontrol.wait``. Each step matches the float64 product of its input."""
+    import torch
+
+    from superopt.derive import derive_all
+    from superopt.lower import lower_plan, match_plan
+    from superopt.lower.config import complete_config
+    from superopt.workloads import WORKLOADS
+
+    bm, bn, cm, pdl = tile
+    n = 512
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph(m=n, d=n, n=n))[0].plan)
+    flat = complete_config(match, {"block_m": bm, "block_n": bn, "block_k": 64, "stages": 3,
+                                   "threads": 256, "schedule": "ws", "cluster_m": cm,
+                                   "pdl": pdl})
+    module = lower_plan(match, flat, directory=tmp_path)
+    text = module.path.read_text()
+    assert "T.pdl_sync()" in text and ("T.pdl_trigger()" in text) == pdl
+    launch = module.load("cuda")
+    gen = torch.Generator().manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    w = q.to("cuda", torch.float16).contiguous()
+    outs = [torch.randn(n, n, generator=gen).to("cuda", torch.float16)]
+    outs += [torch.full((n, n), float("nan"), dtype=torch.float16, device="cuda")
+             for _ in range(8)]
+    for k in range(8):
+        launch(outs[k + 1], outs[k], w)
+    torch.cuda.synchronize()
+    for k in range(8):
+        ref = outs[k].double() @ w.double()
+        err = ((outs[k + 1].double() - ref).norm() / ref.norm()).item()
+        assert err < 2e-3, (k, err)

@@ -9,7 +9,6 @@ the H200: ``bench/validate_attention.py``.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -462,7 +461,8 @@ def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path,
     from superopt.workloads import WORKLOADS
 
     cfg = replace(WS_PP, uniform_wg=True)
-    assert cfg.label() == "ws_pp_m128n128s2t384_uwg" and cfg in attention_config_space(REF)
+    assert cfg.label() == "ws_pp_m128n128s2t384_uwg"
+    assert cfg not in attention_config_space(REF)  # a tie on the H200: explicit only
     assert replace(cfg, block_m=64, threads=256, pingpong=False).uniform_wg is False
     g = WORKLOADS["attention"].graph(h=2, t_q=256, t_kv=256, d_h=128)
     match = None
@@ -592,99 +592,3 @@ def test_split_kv_module_launcher():
     assert launch.index("k0_attention(") < launch.index("k0_attention_combine(")
     assert "k0_attention_combine(k0_attention_o_part, k0_attention_m_part, " in launch
 
-
-def test_split_thread_reductions_rewrites_the_row_max_and_sum(tmp_path):
-    """The reduction rewrite on TileLang's CUDA for the ping-pong tile: the four per-thread
-    row reductions (max and sum, first tile and steady state; 32 steps each) become four
-    accumulators combined pairwise; every other line is TileLang's; text without such a
-    loop is returned as it is."""
-    from superopt.lower.cuda_rewrite import split_thread_reductions
-
-    _, cu = _lower(tmp_path, REF, WS_PP, "sr_text")
-    out = split_thread_reductions(cu)
-    loops = re.findall(r"for \(int (rv\w*) = 0; \1 < 32; \+\+\1\)", cu)
-    assert len(loops) == 4
-    assert not re.search(r"for \(int rv\w* = 0; rv\w* < 32; \+\+rv", out)
-    assert len(re.findall(r"for \(int (rv\w*) = 0; \1 < 32; \1 \+= 4\)", out)) == 4
-    assert out.count("max(max(") == 2  # declared, updated (both sides), combined:
-    assert out.count("_part3_") == 4 * 4
-    # outside the rewritten blocks the text is TileLang's, line for line
-    import difflib
-
-    a, b = cu.split("\n"), out.split("\n")
-    loop_line = re.compile(r"\brv\w*\b|^\s*(#pragma unroll|\{|\})$|_part\d_")
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag != "equal":
-            assert all(loop_line.search(ln) for ln in a[i1:i2] + b[j1:j2]), (a[i1:i2], b[j1:j2])
-    assert split_thread_reductions(out) == out
-    # a loop over a non-float accumulator, or not a multiple of four steps, is left alone
-    odd = "  int s[1];\n  #pragma unroll\n  for (int rv = 0; rv < 32; ++rv) {\n    s[0] = (s[0] + a[rv]);\n  }"
-    assert split_thread_reductions(odd) == odd
-    short = "  float s[1];\n  #pragma unroll\n  for (int rv = 0; rv < 6; ++rv) {\n    s[0] = (s[0] + a[rv]);\n  }"
-    assert split_thread_reductions(short) == short
-
-
-def test_split_thread_reductions_computes_the_same_reductions(tmp_path):
-    """The rewrite's semantics, compiled for the host: TileLang's loop text (a 2-row
-    fragment, 32 steps per row, interleaved indices) and its rewrite give the same row max
-    bit for bit (NaN and -inf included) and the same row sum to float32 rounding, against
-    a float64 reference."""
-    import shutil
-    import subprocess
-
-    from superopt.lower.cuda_rewrite import split_thread_reductions
-
-    if shutil.which("g++") is None:
-        pytest.skip("no host C++ compiler")
-    loops = """
-  #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    m[i] = -CUDART_INF_F;
-    #pragma unroll
-    for (int rv = 0; rv < 32; ++rv) {
-      m[i] = max(m[i], acc_s[((((rv & 15) * 4) + (i * 2)) + (rv >> 4))]);
-    }
-    l[i] = 0x0p+0f;
-    #pragma unroll
-    for (int rv_1 = 0; rv_1 < 32; ++rv_1) {
-      l[i] = (l[i] + acc_s[((((rv_1 & 15) * 4) + (i * 2)) + (rv_1 >> 4))]);
-    }
-  }"""
-    prog = """#include <cmath>
-#include <cstdio>
-#include <limits>
-#define CUDART_INF_F std::numeric_limits<float>::infinity()
-static float max(float a, float b) { return std::fmax(a, b); }
-int main() {
-  float acc_s[64]; float m[2]; float l[2];
-  for (int t = 0; t < 4; ++t) {
-    for (int j = 0; j < 64; ++j) acc_s[j] = std::sin(0.37f * j + t) * (t == 3 ? 1e30f : 3.0f);
-    if (t == 1) { acc_s[5] = NAN; acc_s[17] = -CUDART_INF_F; }
-    if (t == 2) for (int j = 0; j < 64; ++j) acc_s[j] = -CUDART_INF_F;
-    BODY
-    for (int i = 0; i < 2; ++i) std::printf("%a %a\\n", m[i], l[i]);
-  }
-}
-"""
-    outs = []
-    for tag, body in (("plain", loops), ("split", split_thread_reductions(
-            "  float m[2];\n  float l[2];" + loops))):
-        src = tmp_path / f"{tag}.cpp"
-        src.write_text(prog.replace("BODY", body.replace("  float m[2];\n  float l[2];", "")))
-        exe = tmp_path / tag
-        subprocess.run(["g++", "-O1", "-o", str(exe), str(src)], check=True)
-        outs.append([ln.split() for ln in subprocess.run(
-            [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines()])
-    plain, split = outs
-    assert "_part1_" in split_thread_reductions("  float m[2];\n  float l[2];" + loops)
-    assert len(plain) == len(split) == 8
-    for (m0, l0), (m1, l1) in zip(plain, split):
-        assert m0 == m1  # max: bit for bit
-        a, b = float.fromhex(l0), float.fromhex(l1)
-        assert a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-6 * max(1.0, abs(a))
-    # and the sums are the rows' sums (float64 reference of the first case)
-    acc = [np.float32(np.sin(np.float32(0.37) * np.float32(j) + np.float32(0)) * np.float32(3.0))
-           for j in range(64)]
-    for i in range(2):
-        ref = sum(float(acc[(rv & 15) * 4 + i * 2 + (rv >> 4)]) for rv in range(32))
-        assert abs(float.fromhex(split[i][1]) - ref) < 1e-4

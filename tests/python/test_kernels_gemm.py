@@ -1295,3 +1295,34 @@ def test_uniform_wg_gemm_compiles_through_the_rewrite(tmp_path):
     with pytest.raises(LE, match="uniform_wg"):
         lower_plan(match, dict(flat, **{"k0.threads": 128, "k0.block_m": 64}),
                    directory=tmp_path)
+
+
+def test_cluster_kernels_wait_for_the_previous_grid(tmp_path):
+    """Every 2-CTA-cluster "ws" GEMM waits for the grid before it (``griddepcontrol.wait``
+    after the barrier set-up, before any global access), since TileLang's runtime launches
+    clusters with programmatic serialisation allowed; ``pdl`` adds the early trigger; a
+    one-CTA kernel without ``pdl`` has neither; ``pdl`` outside "ws" is refused."""
+    from superopt.derive import derive_all
+    from superopt.errors import LoweringError as LE
+    from superopt.lower import lower_plan, match_plan, tl
+    from superopt.lower.config import complete_config
+    from superopt.workloads import WORKLOADS
+
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph(m=512, d=256, n=512))[0].plan)
+    base = {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 3, "threads": 256,
+            "schedule": "ws"}
+    seen = {}
+    for cm, pdl in ((2, False), (2, True), (1, False), (1, True)):
+        flat = complete_config(match, dict(base, cluster_m=cm, pdl=pdl))
+        (pf,) = lower_plan(match, flat, directory=tmp_path).prim_funcs().values()
+        cu = tl.lower_to_cuda(pf)
+        seen[cm, pdl] = ("cudaGridDependencySynchronize();" in cu,
+                         "cudaTriggerProgrammaticLaunchCompletion();" in cu)
+        if seen[cm, pdl][0]:  # after the barrier set-up, before the warpgroups branch
+            body = cu[cu.index("tl::fence_barrier_init();"):]
+            assert body.index("cudaGridDependencySynchronize();") < body.index("threadIdx.x")
+    assert seen == {(2, False): (True, False), (2, True): (True, True),
+                    (1, False): (False, False), (1, True): (True, True)}
+    with pytest.raises(LE, match="pdl"):
+        lower_plan(match, complete_config(match, dict(base, schedule="auto", pdl=True)),
+                   directory=tmp_path)

@@ -1,6 +1,6 @@
 """Rewrites of the CUDA C that TileLang generates, where TileLang 0.1.15 has no option for
-what a schedule needs. Each is exact (the same results, bit for bit or up to the order of a
-float sum) and named in :data:`REWRITES`; a kernel configuration lists the ones it asks for
+what a schedule needs. Each is exact (the same results, bit for bit) and named in
+:data:`REWRITES`; a kernel configuration lists the ones it asks for
 (``cuda_rewrites()`` of :class:`~.kernels.attention_spec.AttentionConfig` and
 :class:`~.kernels.gemm_spec.GemmConfig`).
 
@@ -13,11 +13,10 @@ float sum) and named in :data:`REWRITES`; a kernel configuration lists the ones 
   index through ``__shfl_sync(0xffffffff, threadIdx.x / 128, 0)`` for this reason (its
   ``canonical_warp_group_idx``). The rewrite does the same in the ``wgmma`` calls only.
   Timed on the H200 (2026-12-03): a tie in attention and the "ws" GEMM.
-* ``split_reductions`` (:func:`split_thread_reductions`). TileLang reduces a thread's share
-  of a fragment row (``T.reduce_max``/``T.reduce_sum``) in one dependent chain, 32 ``FMNMX``
-  or ``FADD`` long for a 128-key attention tile, issued one latency apart; the rewrite keeps
-  four partial accumulators and combines them at the end, as FlashAttention-4's SM90
-  ``fmax_reduce`` does.
+
+A second rewrite was built and timed the same day and taken out: four partial accumulators
+for each thread's row max and row sum (FlashAttention-4's SM90 ``fmax_reduce``) ran 2–3 %
+slower in the ping-pong attention tile (``docs/performance.md``, the ninth session).
 
 A generated module applies them through TileLang's CUDA post-processing hook around the one
 ``tilelang.compile`` call of a kernel configured for them
@@ -88,63 +87,8 @@ def uniform_warpgroup_index(code: str) -> str:
 
 
 
-#: A thread-local reduction loop as TileLang writes it: ``ACC = max(ACC, EXPR);`` or
-#: ``ACC = (ACC + EXPR);`` in an unrolled loop over ``RV`` of ``N`` steps.
-_REDUCTION_LOOP = re.compile(
-    r"^(?P<ind>[ \t]*)#pragma unroll\n"
-    r"[ \t]*for \(int (?P<rv>\w+) = 0; (?P=rv) < (?P<n>\d+); \+\+(?P=rv)\) \{\n"
-    r"[ \t]*(?P<acc>\w+(?:\[\w+\])?) = "
-    r"(?:max\((?P=acc), (?P<emax>.+)\)|\((?P=acc) \+ (?P<esum>.+)\));\n"
-    r"[ \t]*\}$", re.MULTILINE)
-
-
-def split_thread_reductions(code: str, ways: int = 4) -> str:
-    """``code`` with every float reduction loop that TileLang writes for a thread's share of
-    a fragment row (``for (int rv = 0; rv < N; ++rv) { acc = max(acc, e(rv)); }``, or
-    ``acc = (acc + e(rv))``) split into ``ways`` independent accumulators: ``acc`` itself
-    takes the steps ``rv ≡ 0 (mod ways)``, three new locals (initialised to ``-inf`` or
-    ``0``) the others, and a pairwise combination ends the block. Loops whose length is not
-    a multiple of ``ways`` or shorter than ``2 * ways``, and accumulators not declared
-    ``float`` in the text, are left as they are.
-
-    Exact for ``max`` (``fmaxf`` is associative and commutative, NaN included); a sum is
-    reassociated (float32 rounding, no worse than the chain's). ``code`` without such a
-    loop is returned unchanged.
-    """
-    floats = set(re.findall(r"\bfloat (\w+)(?:\[|\s*[=;])", code))
-
-    def split(m: "re.Match[str]") -> str:
-        n, acc, rv, ind = int(m["n"]), m["acc"], m["rv"], m["ind"]
-        base = acc.split("[")[0]
-        if n % ways or n < 2 * ways or base not in floats:
-            return m.group(0)
-        is_max = m["emax"] is not None
-        expr = m["emax"] if is_max else m["esum"]
-
-        def op(a: str, b: str) -> str:
-            return f"max({a}, {b})" if is_max else f"({a} + {b})"
-
-        parts = [acc] + [f"{base}_part{j}_{rv}" for j in range(1, ways)]
-        init = "-CUDART_INF_F" if is_max else "0x0p+0f"
-        out = [f"{ind}{{",
-               f"{ind}  float " + ", ".join(f"{p} = {init}" for p in parts[1:]) + ";",
-               f"{ind}  #pragma unroll",
-               f"{ind}  for (int {rv} = 0; {rv} < {n}; {rv} += {ways}) {{"]
-        for j, p in enumerate(parts):
-            step = re.sub(rf"\b{rv}\b", f"({rv} + {j})", expr)
-            out.append(f"{ind}    {p} = {op(p, step)};")
-        out.append(f"{ind}  }}")
-        while len(parts) > 1:
-            parts = [op(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                     for i in range(0, len(parts), 2)]
-        out += [f"{ind}  {acc} = {parts[0]};", f"{ind}}}"]
-        return "\n".join(out)
-
-    return _REDUCTION_LOOP.sub(split, code)
-
-
 #: Every rewrite by name, in the order a kernel's list is applied.
-REWRITES = {"uniform_wg": uniform_warpgroup_index, "split_reductions": split_thread_reductions}
+REWRITES = {"uniform_wg": uniform_warpgroup_index}
 
 
 def rewrite_flag(names) -> str:
@@ -202,13 +146,9 @@ def module_helpers_source(kernels: dict) -> str:
         f"REWRITTEN_KERNELS = {dict(kernels)!r}",
         f"_WG_INDEX = {_WG_INDEX!r}",
         f"_KERNEL_OPEN = re.compile({_KERNEL_OPEN.pattern!r}, re.MULTILINE)",
-        f"_REDUCTION_LOOP = re.compile({_REDUCTION_LOOP.pattern!r}, re.MULTILINE)",
         "",
         "",
         inspect.getsource(uniform_warpgroup_index).rstrip(),
-        "",
-        "",
-        inspect.getsource(split_thread_reductions).rstrip(),
         "",
         "",
         "REWRITES = {" + ", ".join(f"{n!r}: {f.__name__}" for n, f in REWRITES.items()) + "}",

@@ -192,10 +192,11 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     :data:`SMEM_LIMIT_BYTES` - 1 KiB per block) and an estimated register budget,
     deterministic, best first by :func:`attention_cost`.
 
-    19 configurations at the reference case (h16 t4096 d128): the ``"ws"`` schedule with
+    17 configurations at the reference case (h16 t4096 d128): the ``"ws"`` schedule with
     1-3 consumer warpgroups, ``block_n`` 64-176, 2-4 stages, ping-pong on and off, early
-    and late accumulator rescale, the ping-pong tile's one-warp producer and uniform
-    warpgroup index twins, and three ``"pipelined"`` fallbacks.
+    and late accumulator rescale, the ping-pong tile's one-warp producer twin, and three
+    ``"pipelined"`` fallbacks. (The options timed as ties on the H200, ``uniform_wg`` and
+    ``pdl``, are explicit only.)
     """
     cands: list[AttentionConfig] = []
     ws_shapes = [
@@ -222,9 +223,6 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
             # FlashAttention-3/4's one-warp producer, beside its four-warp twin (same cost;
             # the search's structures-first order tries it after the other tiles)
             cands.append(replace(base, lean_producer=True))
-            # the same kernel with its Q descriptors in uniform registers (a compile-time
-            # rewrite of the CUDA; same cost, tried likewise)
-            cands.append(replace(base, uniform_wg=True))
     for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
         cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th,
                                      schedule="pipelined"))

@@ -176,11 +176,13 @@ class AttentionConfig:
             a warp broadcast, so nvcc keeps the Q descriptors in uniform registers
             (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`). The same
             kernel text; only its compilation differs.
-        split_reductions: each thread's row max and row sum over its fragment of the score
-            tile run in four independent accumulators instead of one dependent chain
-            (:func:`superopt.lower.cuda_rewrite.split_thread_reductions`, as
-            FlashAttention-4's SM90 ``fmax_reduce``); the same kernel text, compiled with
-            the rewrite.
+        pdl: ``"ws"`` only: programmatic dependent launch. The kernel waits for the grid
+            before it in the stream (``griddepcontrol.wait``) after its barrier set-up and
+            before any global memory access, then lets the next grid launch
+            (``griddepcontrol.launch_dependents``), so a kernel that follows on the stream
+            starts its blocks and set-up while this one drains, as cuBLAS's kernels do.
+            Timed on the H200 (2026-12-03, reference attention): a tie, so not in the
+            search's space.
     """
 
     block_m: int
@@ -195,7 +197,7 @@ class AttentionConfig:
     pack_gqa: bool = False
     lean_producer: bool = False
     uniform_wg: bool = False
-    split_reductions: bool = False
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -239,6 +241,7 @@ class AttentionConfig:
         if self.schedule != "ws":
             object.__setattr__(self, "early_rescale", True)
             object.__setattr__(self, "lean_producer", False)
+            object.__setattr__(self, "pdl", False)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -254,14 +257,13 @@ class AttentionConfig:
         tag += "_gqa" if self.pack_gqa else ""
         tag += "_lean" if self.lean_producer else ""
         tag += "_uwg" if self.uniform_wg else ""
-        tag += "_sr" if self.split_reductions else ""
+        tag += "_pdl" if self.pdl else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
         (:data:`superopt.lower.cuda_rewrite.REWRITES`), in the order they apply."""
-        return tuple(n for n, on in (("uniform_wg", self.uniform_wg),
-                                     ("split_reductions", self.split_reductions)) if on)
+        return ("uniform_wg",) if self.uniform_wg else ()
 
     def launch_plan(self, spec: AttentionSpec) -> "LaunchPlan | None":
         """The launches of this configuration when they are not the one default launch

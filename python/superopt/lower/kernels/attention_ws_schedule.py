@@ -193,6 +193,11 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     e(f"k_empty = T.alloc_barrier([{ncons}] * {st})")
     e(f"v_empty = T.alloc_barrier([{ncons}] * {st})")
     e("tx = T.get_thread_binding()")
+    if cfg.pdl:
+        # programmatic dependent launch: the grid before this one complete (its writes
+        # visible) before any global access here; the next grid may launch from now on
+        e("T.pdl_sync()")
+        e("T.pdl_trigger()")
 
     # ---- producer warpgroup
     e(f"if tx >= {ncons}:")

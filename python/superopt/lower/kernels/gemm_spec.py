@@ -204,6 +204,14 @@ class GemmConfig:
             13.0: 24 fewer instructions in the 128x256 "ws" kernel). Not in the search's
             space: timed on the H200 (2026-12-03) a tie with the plain build; explicit
             configurations only.
+        pdl: ``"ws"`` schedule only: programmatic dependent launch. The kernel waits for
+            the grid before it in the stream (``griddepcontrol.wait``) after its barrier
+            set-up and before any global memory access, then lets the next grid launch
+            (``griddepcontrol.launch_dependents``), so a kernel that follows on the stream
+            starts its blocks and set-up while this one drains, as cuBLAS's kernels do.
+            Timed on the H200 (2026-12-03, matmul): a tie, so not in the search's space.
+            A cluster kernel (``cluster_m`` 2) always waits: TileLang's runtime launches
+            clusters with programmatic serialisation allowed.
     """
 
     block_m: int
@@ -222,6 +230,7 @@ class GemmConfig:
     col_tiles: int = 1
     block_h: int = 0
     uniform_wg: bool = False
+    pdl: bool = False
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
@@ -232,7 +241,8 @@ class GemmConfig:
 _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, "threads": int,
                  "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
-                 "col_tiles": int, "block_h": int, "uniform_wg": bool}
+                 "col_tiles": int, "block_h": int, "uniform_wg": bool,
+                 "pdl": bool}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
@@ -345,6 +355,9 @@ def check_config_fields(cfg: GemmConfig) -> None:
     if cfg.uniform_wg and cfg.threads < 256:
         raise LoweringError(f"uniform_wg rewrites the index of several consumer warpgroups; "
                             f"threads {cfg.threads} is one")
+    if cfg.pdl and cfg.schedule != "ws":
+        raise LoweringError(f"pdl (programmatic dependent launch) is written by the \"ws\" "
+                            f"schedule; schedule {cfg.schedule!r} has none")
 
 
 def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:

@@ -180,6 +180,15 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     else:
         e(f"empty = T.alloc_barrier([{ncons}] * {st})")
     e("tx = T.get_thread_binding()")
+    if c.pdl or cm > 1:
+        # The grid before this one complete, its writes visible, before any global access
+        # here. TileLang's runtime launches every cluster kernel with programmatic stream
+        # serialisation allowed (tvm runtime/cuda/cuda_module.cc), which lets it start
+        # before that grid has flushed; this wait is what makes that launch safe.
+        e("T.pdl_sync()")
+    if c.pdl:
+        # programmatic dependent launch: the next grid may launch from now on
+        e("T.pdl_trigger()")
     # (TileLang itself puts a cluster barrier after the mbarrier set-up when the kernel
     # has a cluster barrier, so peers never arrive on an uninitialised one.)
 
