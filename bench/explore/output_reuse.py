@@ -12,8 +12,9 @@ alternating order over ``--rounds`` rounds, with :func:`superopt.run.timing.time
 
 * ours (``VARIANT`` of the graph's plan, default: its best-ranked configuration), rotated
   outputs as the worker does, and one fixed output for every call;
-* each peer as the harness calls it, and with its last n outputs kept alive so that each
-  call writes a fresh buffer, as ours does.
+* each peer as the harness called it until 2026-12-03, and with its last n outputs kept
+  alive (:func:`superopt.run.peers.fresh_outputs`, what the harness does since) so that
+  each call writes a fresh buffer, as ours does.
 
 Prints the median µs of each, and the peers' output addresses over two calls in a capture.
 """
@@ -36,7 +37,7 @@ def main() -> int:
 
     from superopt.graphs import load_graph
     from superopt.ir.semantics import random_inputs
-    from superopt.run.peers import make_peer
+    from superopt.run.peers import fresh_outputs, make_peer
     from superopt.run.records import TimingConfig
     from superopt.run.timing import rotation_count, tensor_bytes, time_graph
     from time_configs import lower_variants
@@ -68,15 +69,23 @@ def main() -> int:
         fn = make_peer(g, name)
         fn(*peer_sets[0])
         subjects[f"{name}, as called"] = (fn, peer_sets)
-        subjects[f"{name}, fresh outputs"] = (_ring(fn, n), peer_sets)
-        # where the allocator puts two consecutive outputs inside a capture
-        graph = torch.cuda.CUDAGraph()
-        ptrs = []
-        with torch.cuda.graph(graph):
-            for s in peer_sets[:2]:
-                ptrs.append(fn(*s).data_ptr())
-        print(f"{name}: outputs of two calls in one capture at {ptrs[0]:#x}, {ptrs[1]:#x}")
-        del graph
+        subjects[f"{name}, fresh outputs"] = (fresh_outputs(fn, n), peer_sets)
+        try:  # where the allocator puts two consecutive outputs inside a capture
+            graph = torch.cuda.CUDAGraph()
+            ptrs = []
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn(*peer_sets[0])
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph):
+                for s in peer_sets[:2]:
+                    ptrs.append(fn(*s).data_ptr())
+            print(f"{name}: outputs of two calls in one capture at {ptrs[0]:#x}, {ptrs[1]:#x}")
+            del graph
+        except Exception as e:  # noqa: BLE001 - the probe is a side note
+            print(f"{name}: capture probe failed: {type(e).__name__}: {str(e)[:120]}")
     times = {k: [] for k in subjects}
     for r in range(a.rounds):
         keys = list(subjects) if r % 2 == 0 else list(reversed(subjects))
@@ -87,19 +96,6 @@ def main() -> int:
     for k, ts in times.items():
         print(f"  {k:45s} {statistics.median(ts):8.2f} µs  (min {min(ts):.2f}, max {max(ts):.2f})")
     return 0
-
-
-def _ring(fn, n):
-    """``fn`` keeping its last ``n`` outputs alive, so a capture cannot reuse their blocks."""
-    kept = []
-
-    def call(*args):
-        out = fn(*args)
-        kept.append(out)
-        if len(kept) > n:
-            kept.pop(0)
-        return out
-    return call
 
 
 def _families(g):

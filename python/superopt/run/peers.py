@@ -39,6 +39,10 @@ operands ``A[(L,) m, k]``, ``B[(L,) k, n]``, views wherever the graph's layout a
 Every peer is a callable on the graph's inputs in the graph's input order, returning the
 output. :func:`run_peer` checks one against the float64 reference and times it; any failure
 (backend unavailable, compile error) is recorded in its :class:`PeerResult`, never raised.
+While it is timed, a peer's last outputs are kept alive (:func:`fresh_outputs`), one per
+rotation set: a candidate writes into its rotation set's own output buffer, and a peer that
+allocates its output would otherwise, inside a CUDA-graph capture, be handed the block its
+previous call just freed and write one L2-resident buffer every call.
 
 Owns: what the peers are and how each runs. Imports torch at the top: it runs in workers.
 """
@@ -425,6 +429,23 @@ def make_checked_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor
     return fn if res.status == "ok" else None
 
 
+def fresh_outputs(fn: Callable[..., Any], n: int) -> Callable[..., Any]:
+    """``fn`` keeping references to its last ``n`` results, so that the allocator (the
+    caching allocator, or a CUDA-graph capture's private pool) cannot hand a call the block
+    of one of the ``n - 1`` calls before it: ``n`` calls in turn write ``n`` distinct buffers,
+    as a candidate timed over ``n`` rotation sets does. The kept results are dropped with
+    the returned callable."""
+    kept: list[Any] = []
+
+    def call(*args: Any) -> Any:
+        out = fn(*args)
+        kept.append(out)
+        if len(kept) > n:
+            kept.pop(0)
+        return out
+    return call
+
+
 def run_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor],
              reference: torch.Tensor, *, tolerance: float,
              rotate: Sequence[Mapping[str, torch.Tensor]] | None = None,
@@ -432,7 +453,8 @@ def run_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor],
     """Check one peer against ``reference`` and time it; failures are recorded, not raised.
 
     The first call (which compiles ``torch.compile`` peers) is the check and stays outside
-    the timing. A ``wrong`` peer is still timed (its time is reported with its status).
+    the timing. A ``wrong`` peer is still timed (its time is reported with its status),
+    writing a fresh output on each of the rotation sets (:func:`fresh_outputs`).
     """
     res = PeerResult(name)
     args = _ordered(graph, inputs)
@@ -441,7 +463,8 @@ def run_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor],
         return res
     sets = [_ordered(graph, r) for r in rotate] if rotate else [args]
     try:
-        t = measure(fn, rotate=sets, config=timing, device=args[0].device)
+        t = measure(fresh_outputs(fn, len(sets)), rotate=sets, config=timing,
+                    device=args[0].device)
     except Exception as e:  # noqa: BLE001
         res.status, res.error = "launch_error", "timing: " + short_error(e)
         return res

@@ -370,7 +370,7 @@ class Worker:
         return P.Reply(r, restart)
 
     def on_Compare(self, req: P.Compare) -> P.Reply:
-        from .peers import make_checked_peer
+        from .peers import fresh_outputs, make_checked_peer
         from .timing import compare
 
         from ..ir.semantics import relative_error
@@ -393,7 +393,9 @@ class Worker:
         for name in req.peers:
             peer = make_checked_peer(self.graph, name, check_inputs, ref, req.tolerance)
             if peer is not None:
-                subjects[name] = (peer, [tuple(d[n] for n, _ in self.graph.inputs) for d in ins])
+                # a fresh output per rotation set, as the candidates write (peers.py)
+                subjects[name] = (fresh_outputs(peer, len(ins)),
+                                  [tuple(d[n] for n, _ in self.graph.inputs) for d in ins])
         c = compare(subjects, rounds=req.rounds, rng=random.Random(req.seed), config=req.timing,
                     device=self.device)
         c.candidates = [cid for cid, _, _ in req.candidates]
