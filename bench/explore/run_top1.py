@@ -8,8 +8,10 @@
 ``SPEC`` is a workload name (its top-1 defaults to ``bench/results/top1/<name>/top1.py``)
 or ``FILE.py:FUNCTION`` at its default sizes (give ``--top1``). ``--peer NAME`` runs that
 peer of the graph instead (:func:`superopt.run.peers.make_peer`: ``cuBLAS``, ``FA4``,
-``SDPA cuDNN``, ...). ``--variant FAMILIES:KEY=VALUE,...`` lowers that configuration of the
-graph's plan first (``time_configs.py``'s variants) and runs it. The callable runs ``--launches`` times (default 2: a JIT peer compiles
+``SDPA cuDNN``, ...). ``--variant FAMILIES:KEY=VALUE,...`` lowers that configuration of
+the graph's plan first (``time_configs.py``'s variants) and runs it instead of ``--top1``.
+A recorded module whose cluster kernel does not wait for the grid before it (lowered
+before 2026-12-03) is run with a warning. The callable runs ``--launches`` times (default 2: a JIT peer compiles
 on its first call, so profile with ``--launch-skip 1``). Inputs are the graph's seeded
 N(0, 1) inputs in fp16; the output is checked against the float64 reference and the relative
 error printed.
@@ -37,7 +39,7 @@ def main() -> int:
     ap.add_argument("spec")
     ap.add_argument("--top1", type=Path)
     ap.add_argument("--peer")
-    ap.add_argument("--variant")
+    ap.add_argument("--variant", help="overrides --top1")
     ap.add_argument("--launches", type=int, default=2)
     a = ap.parse_args()
     g = load_graph(a.spec)
@@ -60,6 +62,11 @@ def main() -> int:
             (_, _, cfg, mod), = lower_variants(g, [a.variant], "float16", directory)
             print(f"{a.variant}: {cfg}", flush=True)
             top1 = mod.path
+        text = Path(top1).read_text()
+        if "cluster_dims=" in text and "T.pdl_sync()" not in text:
+            print(f"warning: {top1} was lowered before its cluster kernels waited for the grid "
+                  "before them (TileLang launches clusters with programmatic serialisation); "
+                  "regenerate it for anything but a profile", file=sys.stderr)
         launch = import_module_file(top1).load(dev)
         out = torch.full(g.output_shape, float("nan"), dtype=torch.float16, device=dev)
         for _ in range(a.launches):

@@ -592,3 +592,21 @@ def test_split_kv_module_launcher():
     assert launch.index("k0_attention(") < launch.index("k0_attention_combine(")
     assert "k0_attention_combine(k0_attention_o_part, k0_attention_m_part, " in launch
 
+
+def test_programmatic_dependent_launch_option(tmp_path):
+    """``pdl``: the "ws" kernel waits for the grid before it after its barrier set-up and
+    before either warpgroup role starts (no global access before), then triggers the next;
+    the label says so; a "pipelined" configuration refuses it; the split-KV combine, launched
+    plainly, waits for nothing."""
+    cfg = replace(WS_PP, pdl=True)
+    assert cfg.label() == "ws_pp_m128n128s2t384_pdl" and cfg not in attention_config_space(REF)
+    _, cu = _lower(tmp_path, REF, cfg, "pdl")
+    body = cu[cu.index("tl::fence_barrier_init();"):]
+    sync = body.index("cudaGridDependencySynchronize();")
+    assert sync < body.index("cudaTriggerProgrammaticLaunchCompletion();") < body.index(
+        "threadIdx.x")
+    _, plain = _lower(tmp_path, REF, WS_PP, "nopdl")
+    assert "cudaGridDependency" not in plain and "Programmatic" not in plain
+    with pytest.raises(LoweringError, match="pdl"):
+        AttentionConfig(block_m=128, block_n=128, stages=2, threads=256,
+                        schedule="pipelined", pdl=True)

@@ -1321,8 +1321,37 @@ def test_cluster_kernels_wait_for_the_previous_grid(tmp_path):
         if seen[cm, pdl][0]:  # after the barrier set-up, before the warpgroups branch
             body = cu[cu.index("tl::fence_barrier_init();"):]
             assert body.index("cudaGridDependencySynchronize();") < body.index("threadIdx.x")
+    # the persistent "ws" tile loop with a cluster waits too, before its first tile
+    flat = complete_config(match, dict(base, cluster_m=2, persistent=True))
+    (pf,) = lower_plan(match, flat, directory=tmp_path).prim_funcs().values()
+    cu = tl.lower_to_cuda(pf)
+    assert cu.index("cudaGridDependencySynchronize();") < cu.index("(256 <= ((int)threadIdx.x))")
     assert seen == {(2, False): (True, False), (2, True): (True, True),
                     (1, False): (False, False), (1, True): (True, True)}
     with pytest.raises(LE, match="pdl"):
         lower_plan(match, complete_config(match, dict(base, schedule="auto", pdl=True)),
                    directory=tmp_path)
+
+
+def test_a_cluster_kernel_without_the_wait_is_refused(tmp_path, monkeypatch):
+    """module_source refuses any kernel launched as a cluster that does not wait for the
+    grid before it (the guard behind the "ws" schedule's own wait), naming the kernel."""
+    from dataclasses import replace as dc_replace
+
+    from superopt.derive import derive_all
+    from superopt.errors import LoweringError as LE
+    from superopt.lower import lower_plan, match_plan
+    from superopt.lower import module as module_mod
+    from superopt.lower.config import complete_config
+    from superopt.workloads import WORKLOADS
+
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph(m=512, d=256, n=512))[0].plan)
+    flat = complete_config(match, {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 3,
+                                   "threads": 256, "schedule": "ws", "cluster_m": 2})
+    fam = module_mod.FAMILIES["gemm"]
+    unsafe = dc_replace(fam, source=lambda spec, cfg: fam.source(spec, cfg).replace(
+        "T.pdl_sync()", "pass"))
+    monkeypatch.setitem(module_mod.FAMILIES, "gemm", unsafe)
+    with pytest.raises(LE, match="cluster") as e:
+        lower_plan(match, flat, directory=tmp_path)
+    assert e.value.path == "config.k0"

@@ -86,16 +86,17 @@ def uniform_warpgroup_index(code: str) -> str:
     return out
 
 
-
 #: Every rewrite by name, in the order a kernel's list is applied.
 REWRITES = {"uniform_wg": uniform_warpgroup_index}
 
 
 def rewrite_flag(names) -> str:
     """The compile flag that marks a build with the rewrites ``names`` and keys TileLang's
-    kernel cache: a hash of their names and their own source, so that a changed rewrite is
-    not served from a cache filled by the old one."""
-    text = "".join(n + inspect.getsource(REWRITES[n]) for n in names)
+    kernel cache (whose key is the kernel's script and its compile flags, never the hook's
+    output): a hash of the names and of everything a generated module copies from here
+    (:func:`module_helpers_source`: the functions and the constants they read), so that a
+    changed rewrite is not served from a cache filled by the old one."""
+    text = repr(tuple(names)) + module_helpers_source({})
     return "-DSUPEROPT_CUDA_REWRITE=0x" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -148,9 +149,8 @@ def module_helpers_source(kernels: dict) -> str:
         f"_KERNEL_OPEN = re.compile({_KERNEL_OPEN.pattern!r}, re.MULTILINE)",
         "",
         "",
-        inspect.getsource(uniform_warpgroup_index).rstrip(),
-        "",
-        "",
+        *[part for fn in dict.fromkeys(REWRITES.values())
+          for part in (inspect.getsource(fn).rstrip(), "", "")],
         "REWRITES = {" + ", ".join(f"{n!r}: {f.__name__}" for n, f in REWRITES.items()) + "}",
         "",
         "",

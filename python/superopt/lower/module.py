@@ -113,6 +113,13 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         except LoweringError as e:  # locate it: the kernel whose configuration it refuses
             e.path = e.path or f"config.k{kl.index}"
             raise
+        if "cluster_dims=" in text and "T.pdl_sync()" not in text:
+            # TileLang's runtime launches a cluster kernel with programmatic serialisation
+            # allowed: without the wait it could read what the kernel before it has not
+            # flushed yet (tvm runtime/cuda/cuda_module.cc)
+            raise LoweringError(f"kernel {kl.index} ({kl.family}) is launched as a cluster "
+                                "but does not wait for the grid before it (T.pdl_sync())",
+                                path=f"config.k{kl.index}")
         lines.append(text.rstrip())
         lines.append("")
     if empty:

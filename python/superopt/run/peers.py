@@ -432,16 +432,16 @@ def make_checked_peer(graph: Graph, name: str, inputs: Mapping[str, torch.Tensor
 def fresh_outputs(fn: Callable[..., Any], n: int) -> Callable[..., Any]:
     """``fn`` keeping references to its last ``n`` results, so that the allocator (the
     caching allocator, or a CUDA-graph capture's private pool) cannot hand a call the block
-    of one of the ``n - 1`` calls before it: ``n`` calls in turn write ``n`` distinct buffers,
-    as a candidate timed over ``n`` rotation sets does. The kept results are dropped with
-    the returned callable."""
+    of one of the ``n - 1`` calls before it: calls in turn write ``n`` distinct buffers in
+    rotation (the oldest is released just before each call), as a candidate timed over ``n``
+    rotation sets does. The kept results are dropped with the returned callable."""
     kept: list[Any] = []
 
     def call(*args: Any) -> Any:
+        if len(kept) >= n:  # released before the call allocates: n buffers in turn, not n + 1
+            kept.pop(0)
         out = fn(*args)
         kept.append(out)
-        if len(kept) > n:
-            kept.pop(0)
         return out
     return call
 

@@ -176,7 +176,7 @@ class AttentionConfig:
             a warp broadcast, so nvcc keeps the Q descriptors in uniform registers
             (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`). The same
             kernel text; only its compilation differs.
-        pdl: ``"ws"`` only: programmatic dependent launch. The kernel waits for the grid
+        pdl: ``"ws"`` only (refused otherwise): programmatic dependent launch. The kernel waits for the grid
             before it in the stream (``griddepcontrol.wait``) after its barrier set-up and
             before any global memory access, then lets the next grid launch
             (``griddepcontrol.launch_dependents``), so a kernel that follows on the stream
@@ -231,6 +231,9 @@ class AttentionConfig:
                     f"'pipelined' with {self.threads} threads needs block_m a multiple of "
                     f"{64 * (self.threads // 128)} (64 rows per warpgroup), got {self.block_m}"
                 )
+        if self.pdl and self.schedule != "ws":
+            raise LoweringError(f"pdl (programmatic dependent launch) is written by the \"ws\" "
+                                f"schedule; schedule {self.schedule!r} has none")
         # Options that have no meaning for this schedule are normalised (so that equal
         # kernels compare equal): ping-pong needs >= 2 "ws" consumer warpgroups, and the
         # rescale placement is a "ws" option.
@@ -241,7 +244,6 @@ class AttentionConfig:
         if self.schedule != "ws":
             object.__setattr__(self, "early_rescale", True)
             object.__setattr__(self, "lean_producer", False)
-            object.__setattr__(self, "pdl", False)
 
     @property
     def consumer_warpgroups(self) -> int:

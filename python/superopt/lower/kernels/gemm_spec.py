@@ -204,7 +204,7 @@ class GemmConfig:
             13.0: 24 fewer instructions in the 128x256 "ws" kernel). Not in the search's
             space: timed on the H200 (2026-12-03) a tie with the plain build; explicit
             configurations only.
-        pdl: ``"ws"`` schedule only: programmatic dependent launch. The kernel waits for
+        pdl: ``"ws"`` schedule only (refused otherwise): programmatic dependent launch. The kernel waits for
             the grid before it in the stream (``griddepcontrol.wait``) after its barrier
             set-up and before any global memory access, then lets the next grid launch
             (``griddepcontrol.launch_dependents``), so a kernel that follows on the stream
