@@ -11,8 +11,8 @@ peer of the graph instead (:func:`superopt.run.peers.make_peer`: ``cuBLAS``, ``F
 ``SDPA cuDNN``, ...). ``--variant FAMILIES:KEY=VALUE,...`` lowers that configuration of
 the graph's plan first (``time_configs.py``'s variants) and runs it instead of ``--top1``.
 A recorded module whose cluster kernel does not wait for the grid before it (lowered
-before 2026-12-03) is run with a warning. The callable runs ``--launches`` times (default 2: a JIT peer compiles
-on its first call, so profile with ``--launch-skip 1``). Inputs are the graph's seeded
+before 2026-12-03) is run with a warning. The callable runs ``--launches`` times (default
+2: a JIT peer compiles on its first call, so profile with ``--launch-skip 1``). Inputs are the graph's seeded
 N(0, 1) inputs in fp16; the output is checked against the float64 reference and the relative
 error printed.
 """

@@ -176,9 +176,9 @@ class AttentionConfig:
             a warp broadcast, so nvcc keeps the Q descriptors in uniform registers
             (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`). The same
             kernel text; only its compilation differs.
-        pdl: ``"ws"`` only (refused otherwise): programmatic dependent launch. The kernel waits for the grid
-            before it in the stream (``griddepcontrol.wait``) after its barrier set-up and
-            before any global memory access, then lets the next grid launch
+        pdl: ``"ws"`` only (refused otherwise): programmatic dependent launch. The kernel
+            waits for the grid before it in the stream (``griddepcontrol.wait``) after its
+            barrier set-up and before any global memory access, then lets the next grid launch
             (``griddepcontrol.launch_dependents``), so a kernel that follows on the stream
             starts its blocks and set-up while this one drains, as cuBLAS's kernels do.
             Timed on the H200 (2026-12-03, reference attention): a tie, so not in the

@@ -204,9 +204,10 @@ class GemmConfig:
             13.0: 24 fewer instructions in the 128x256 "ws" kernel). Not in the search's
             space: timed on the H200 (2026-12-03) a tie with the plain build; explicit
             configurations only.
-        pdl: ``"ws"`` schedule only (refused otherwise): programmatic dependent launch. The kernel waits for
-            the grid before it in the stream (``griddepcontrol.wait``) after its barrier
-            set-up and before any global memory access, then lets the next grid launch
+        pdl: ``"ws"`` schedule only (refused otherwise): programmatic dependent launch. The
+            kernel waits for the grid before it in the stream (``griddepcontrol.wait``) after
+            its barrier set-up and before any global memory access, then lets the next grid
+            launch
             (``griddepcontrol.launch_dependents``), so a kernel that follows on the stream
             starts its blocks and set-up while this one drains, as cuBLAS's kernels do.
             Timed on the H200 (2026-12-03, matmul): a tie, so not in the search's space.
