@@ -31,6 +31,7 @@ reaches TileLang only through :mod:`.tl`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import re
@@ -90,12 +91,14 @@ def uniform_warpgroup_index(code: str) -> str:
 REWRITES = {"uniform_wg": uniform_warpgroup_index}
 
 
-def rewrite_flag(names) -> str:
+@functools.lru_cache(maxsize=None)
+def rewrite_flag(names: tuple[str, ...]) -> str:
     """The compile flag that marks a build with the rewrites ``names`` and keys TileLang's
     kernel cache (whose key is the kernel's script and its compile flags, never the hook's
     output): a hash of the names and of everything a generated module copies from here
     (:func:`module_helpers_source`: the functions and the constants they read), so that a
-    changed rewrite is not served from a cache filled by the old one."""
+    changed rewrite is not served from a cache filled by the old one. Computed once per
+    tuple of names (it reads this module's source)."""
     text = repr(tuple(names)) + module_helpers_source({})
     return "-DSUPEROPT_CUDA_REWRITE=0x" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
