@@ -7,12 +7,12 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 GPU_TESTS_K="programmatic" \
-  bash bench/gpu_tests.sh 80 tests/python/test_gpu_gemm.py
+  bash bench/gpu_tests.sh 150 tests/python/test_gpu_gemm.py
 export PYTHONPATH=/tmp/site:$PWD/python PYTHONUNBUFFERED=1
 {
-  timeout 95 python3 bench/explore/output_reuse.py matmul \
+  timeout 150 python3 bench/explore/output_reuse.py matmul \
     "gemm:block_m=128,block_n=256,block_k=64,stages=4,threads=256,schedule=ws,persistent=false,cluster_m=2,c_alias=true" \
     --peers "torch.compile,cuBLAS" --rounds 4
-  timeout 55 python3 bench/explore/output_reuse.py examples/models/layernorm.py:layernorm \
-    --peers "torch.compile" --rounds 4
+  timeout 110 python3 bench/explore/output_reuse.py examples/models/layernorm.py:layernorm \
+    --peers "torch.compile,eager" --rounds 4
 } 2>&1 | grep -v "Warning: AnnotateWarpGroupRegAlloc" | tee "$out/output_reuse.log"
