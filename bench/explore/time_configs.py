@@ -75,7 +75,7 @@ def lower_variants(g, variants: list[str], dtype: str, directory: Path) -> list[
     from superopt.lower import lower_plan, match_plan
     from superopt.lower.config import complete_config
     from superopt.lower.module import module_header
-    from superopt.search import estimate_us
+    from superopt.search import estimate_us, natural_exps
 
     best: dict[tuple[str, ...], tuple] = {}
     for d in derive_all(g):
@@ -83,7 +83,8 @@ def lower_variants(g, variants: list[str], dtype: str, directory: Path) -> list[
             m = match_plan(d.plan, dtype)
         except Exception:  # noqa: BLE001 - not lowerable: not a variant's plan
             continue
-        est = estimate_us(m)
+        # the search's order: estimate, then fewer natural exps (exp2's FFMA + ex2.approx)
+        est = (estimate_us(m), natural_exps(d.plan))
         if m.families not in best or est < best[m.families][0]:
             best[m.families] = (est, d, m)
     out = []
@@ -92,7 +93,7 @@ def lower_variants(g, variants: list[str], dtype: str, directory: Path) -> list[
         if fams not in best:
             raise SystemExit(f"variant {text!r}: no plan of families {fams}; the graph's: "
                              f"{sorted('+'.join(f) for f in best)}")
-        est, d, m = best[fams]
+        (est, _), d, m = best[fams]
         cfg = complete_config(m, partial)
         mod = lower_plan(m, cfg, header=module_header(g, d.derivation, dtype),
                          directory=directory)

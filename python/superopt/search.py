@@ -139,7 +139,7 @@ class Plans:
         return out
 
 
-def _natural_exps(plan) -> int:
+def natural_exps(plan) -> int:
     """How many ``exp`` nodes (base e) the plan computes: the tie-break between plans the
     roofline estimate prices alike. A row kernel lowers ``exp`` to CUDA's accurate ``expf``
     and ``exp2`` (the ``exp_to_exp2`` rule's form) to a few instructions around
@@ -252,7 +252,7 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
         try:
-            scored.append((estimate_us(m), _natural_exps(d.plan), len(matched), d, m,
+            scored.append((estimate_us(m), natural_exps(d.plan), len(matched), d, m,
                            m.spec_key()))
         except Exception as e:  # noqa: BLE001 - the estimate of this plan only
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
