@@ -250,6 +250,8 @@ def test_grid_folds_batch_past_grid_y_limit(tmp_path):
     assert grid_shape(2, 70_000) == (140_000,)
     assert grid_shape(32, 16) == (32, 16) and grid_shape(1, 64, 4) == (1, 64, 4)
     assert grid_shape(1, 100_000, 4) == (100_000, 1, 4)
+    assert grid_shape(32, 16, heaviest_first=True) == (512,)
+    assert grid_shape(32, 16, 4, heaviest_first=True) == (512, 1, 4)
     with pytest.raises(LoweringError, match="grid limit"):
         grid_shape(40_000, 70_000)
     with pytest.raises(LoweringError, match="int32 indexing limit"):
@@ -344,18 +346,34 @@ CAUSAL = AttentionSpec(batch=32, tq=4096, tkv=4096, dqk=128, dv=128, scale=128 *
 
 
 def test_causal_skips_masked_tiles(tmp_path):
-    """Causal: block qb visits key tiles 0..qb only (half the work), heaviest block first,
-    and only the diagonal tile is masked per element."""
+    """Causal: block qb visits key tiles 0..qb only (half the work), every head's heaviest
+    block first (one grid extent, heads fastest, query blocks in reverse), and only the
+    diagonal tile is masked per element."""
     assert visited_tiles(CAUSAL, WS_PP) == 32 * 33 // 2
     assert visited_tiles(replace(CAUSAL, mask_lo=None), WS_PP) == 32 * 32
     window = replace(CAUSAL, mask_hi=1023)  # 1024-key sliding window
     assert visited_tiles(window, WS_PP) == sum(min(qb + 1, 9) for qb in range(32))
     src = attention_source(CAUSAL, WS_PP)
     assert "qb = 31 - bx" in src and "K[bz // 4," in src
+    assert "T.Kernel(1024, threads=384) as bxz:" in src
+    # the block index the kernel unfolds in launch order (bxz = 0, 1, ...): heads fastest,
+    # every head once per query block, query blocks (qb + 1 key tiles) heaviest first
+    unfold = [ln.strip() for ln in src.splitlines()
+              if ln.strip().startswith(("bz = bxz", "bx = bxz", "qb = "))]
+    assert len(unfold) == 3
+    order = []
+    for bxz in range(1024):
+        names = {"bxz": bxz}
+        for ln in unfold:
+            exec(ln, {}, names)  # noqa: S102 - three lines of integer arithmetic
+        order.append((names["qb"], names["bz"]))
+    assert sorted(order) == [(qb, z) for qb in range(32) for z in range(32)]
+    assert [qb for qb, _ in order] == sorted((qb for qb, _ in order), reverse=True)
+    assert [z for _, z in order[:32]] == list(range(32))
     assert "n_hi = T.min(32, T.floordiv(qhi - 0, 128) + 1)" in src
     assert "if qlo - ((n_first + k) * 128 + 127) < 0 or n_hi <= n_lo:" in src
     text, cu = _lower(tmp_path, CAUSAL, WS_PP, "causal")
-    assert "k_1 < (32 - ((int)blockIdx.x))" in cu  # the loop ends at the diagonal
+    assert "k_1 < (32 - (((int)blockIdx.x) >> 5))" in cu  # the loop ends at the diagonal
     check_ws_cuda(cu, WS_PP, CAUSAL)
 
 

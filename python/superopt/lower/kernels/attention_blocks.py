@@ -13,7 +13,11 @@ splits)``). Tiles outside are skipped (causal attention does about half the work
 inside that are not entirely kept get the per-element mask, the others none. A block with
 no tile at all (every row fully masked, or an empty split) still runs one tile with every
 score masked, so that it writes the fully-masked-row value (:mod:`.attention_online_softmax`).
-Causal-like masks (``lo`` only: later rows see more keys) launch the heaviest blocks first.
+Causal-like masks (``lo`` only: later rows see more keys) launch the heaviest blocks first,
+over the whole grid (every head's last query block, then every head's one before it, ...):
+the block scheduler hands out blocks in launch order, so the tail is the lightest blocks
+(with 32 heads x 32 query blocks of 1..32 key tiles on 132 SMs, a list-scheduling model
+puts the head-major order's makespan 12 % above this one's).
 
 Owns: this block bookkeeping and its kernel text. Imports the spec module and the emitter;
 must not import a schedule body or the configuration space.
@@ -107,7 +111,9 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     what the body needs.
 
     The grid is ``(query blocks, batch[, splits])`` (:func:`~.attention_spec.grid_shape`,
-    the batch folded into x past grid y's limit).
+    the batch folded into x past grid y's limit); with a causal-like mask, one x extent of
+    ``query blocks x batch``, batch fastest and query blocks in reverse, so the blocks launch
+    heaviest first across all batches.
 
     Raises:
         LoweringError: a grid over the hardware's limits.
@@ -116,9 +122,11 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     bm, bn = cfg.block_m, cfg.block_n
     m_tiles = ceil_div(lay.rows, bm)
     nk = ceil_div(spec.tkv, bn)
-    grid = grid_shape(m_tiles, lay.batch, cfg.splits)
+    # heaviest first: with a causal-like mask the last query blocks see the most keys
+    reverse = spec.mask_lo is not None and spec.mask_hi is None and m_tiles > 1
+    grid = grid_shape(m_tiles, lay.batch, cfg.splits, heaviest_first=reverse)
     split = cfg.splits > 1
-    folded = grid[0] != m_tiles
+    folded = grid[0] != m_tiles  # batch 1: the same order either way
     if not folded and not split:
         e(f"with T.Kernel({m_tiles}, {lay.batch}, threads={threads}) as (bx, bz):")
     elif not folded:
@@ -129,11 +137,12 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     else:
         e(f"with T.Kernel({grid[0]}, 1, {cfg.splits}, threads={threads}) as (bxz, by, sz):")
     e.indent()
-    if folded:
+    if folded and reverse:  # batch fastest: every batch's heaviest block launches first
+        e(f"bz = bxz % {lay.batch}")
+        e(f"bx = bxz // {lay.batch}")
+    elif folded:
         e(f"bx = bxz % {m_tiles}")
         e(f"bz = bxz // {m_tiles}")
-    # heaviest first: with a causal-like mask the last query blocks see the most keys
-    reverse = spec.mask_lo is not None and spec.mask_hi is None and m_tiles > 1
     qb = "qb" if reverse else "bx"
     if reverse:
         e(f"qb = {m_tiles - 1} - bx")

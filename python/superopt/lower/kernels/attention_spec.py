@@ -340,17 +340,23 @@ def q_layout(spec: AttentionSpec, cfg: AttentionConfig) -> QLayout:
     return QLayout(spec.batch, spec.tq, False, spec.kv_group)
 
 
-def grid_shape(blocks_x: int, batch: int, splits: int = 1) -> tuple[int, ...]:
+def grid_shape(blocks_x: int, batch: int, splits: int = 1,
+               heaviest_first: bool = False) -> tuple[int, ...]:
     """The launch grid of ``blocks_x`` query blocks x ``batch`` (x ``splits``): grid y holds
     ``batch`` while it fits :attr:`~superopt.lower.target.Target.max_grid_yz`, else the batch
     is folded into x (``x = blocks_x * batch``, unfolded in the kernel).
+
+    ``heaviest_first`` (blocks of unequal work, e.g. causal): always one x extent of
+    ``blocks_x * batch``, unfolded batch-fastest in the kernel, so that the block scheduler,
+    which hands out blocks in launch order, starts every batch's heaviest query block before
+    any lighter one (longest-processing-time-first; the tail is then the lightest blocks).
 
     Raises:
         LoweringError: more blocks than the grid's x extent (2^31 - 1) can hold.
     """
     limit_x = 2 ** 31 - 1
-    if batch <= HOPPER.max_grid_yz:
-        grid = (blocks_x, batch)
+    if batch <= HOPPER.max_grid_yz and not heaviest_first:
+        grid: tuple[int, ...] = (blocks_x, batch)
     elif blocks_x * batch <= limit_x:
         grid = (blocks_x * batch,)
     else:
