@@ -13,7 +13,8 @@ dominant kernel; values parsed as int, ``true``/``false`` or text), e.g.
 best-ranked configuration that agrees with the ones given (since 2026-12-03; before, from the
 search's first, whatever its shape), with its own choices of every other field (a row tile's
 first is already staged where that applies): give the fields a comparison is about
-explicitly in every variant.
+explicitly in every variant. ``@FILE.py`` is a generated module as it stands (a recorded
+top-1, or one edited by hand for an A/B of something the configuration does not hold).
 
 Every variant is lowered here, compiled in the pool, checked against the float64 reference
 and timed with the peers named, interleaved in randomised order, ``--rounds`` rounds in each
@@ -27,6 +28,7 @@ the search itself is what picks kernels.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -121,8 +123,17 @@ def main() -> int:
     g = load_graph(a.spec, sizes)
     directory = Path(tempfile.mkdtemp(prefix="time_configs_"))
     cands, rows = [], []
-    for i, (text, (d, est, cfg, mod)) in enumerate(
-            zip(a.variants, lower_variants(g, a.variants, a.dtype, directory))):
+    lowered = iter(lower_variants(g, [v for v in a.variants if not v.startswith("@")],
+                                  a.dtype, directory))
+    for i, text in enumerate(a.variants):
+        if text.startswith("@"):
+            path = Path(text[1:]).resolve()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            cands.append(Candidate(f"v{i}", "module", {}, str(path), digest))
+            rows.append({"subject": f"v{i}", "variant": text, "derivation": "module",
+                         "estimate_us": None, "config": {}})
+            continue
+        d, est, cfg, mod = next(lowered)
         cands.append(Candidate(f"v{i}", d.derivation.id, cfg, str(mod.path), mod.source_hash))
         rows.append({"subject": f"v{i}", "variant": text, "derivation": d.derivation.id,
                      "estimate_us": round(est, 2), "config": cfg})
