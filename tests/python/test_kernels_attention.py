@@ -353,6 +353,8 @@ def test_causal_skips_masked_tiles(tmp_path):
     assert visited_tiles(replace(CAUSAL, mask_lo=None), WS_PP) == 32 * 32
     window = replace(CAUSAL, mask_hi=1023)  # 1024-key sliding window
     assert visited_tiles(window, WS_PP) == sum(min(qb + 1, 9) for qb in range(32))
+    assert "qb = 31 - bx" in attention_source(window, WS_PP)  # the window: heaviest first too
+    assert "qb = " not in attention_source(replace(CAUSAL, mask_lo=None, mask_hi=0), WS_PP)
     src = attention_source(CAUSAL, WS_PP)
     assert "qb = 31 - bx" in src and "K[bz // 4," in src
     assert "T.Kernel(1024, threads=384) as bxz:" in src

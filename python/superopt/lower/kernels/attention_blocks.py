@@ -13,7 +13,8 @@ splits)``). Tiles outside are skipped (causal attention does about half the work
 inside that are not entirely kept get the per-element mask, the others none. A block with
 no tile at all (every row fully masked, or an empty split) still runs one tile with every
 score masked, so that it writes the fully-masked-row value (:mod:`.attention_online_softmax`).
-Causal-like masks (``lo`` only: later rows see more keys) launch the heaviest blocks first,
+Masks with a causal bound (``lo``; a sliding window adds ``hi``: later rows see at least as
+many keys until ``i - lo`` passes ``t_kv``) launch the heaviest blocks first,
 over the whole grid (every head's last query block, then every head's one before it, ...):
 the block scheduler hands out blocks in launch order, so the tail is the lightest blocks
 (with 32 heads x 32 query blocks of 1..32 key tiles on 132 SMs, a list-scheduling model
@@ -122,8 +123,9 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     bm, bn = cfg.block_m, cfg.block_n
     m_tiles = ceil_div(lay.rows, bm)
     nk = ceil_div(spec.tkv, bn)
-    # heaviest first: with a causal-like mask the last query blocks see the most keys
-    reverse = spec.mask_lo is not None and spec.mask_hi is None and m_tiles > 1
+    # heaviest first: with a causal bound (i - j >= lo, with or without a window) later
+    # query blocks see at least as many keys (self-attention: t_q <= t_kv)
+    reverse = spec.mask_lo is not None and m_tiles > 1
     grid = grid_shape(m_tiles, lay.batch, cfg.splits, heaviest_first=reverse)
     split = cfg.splits > 1
     folded = grid[0] != m_tiles  # batch 1: the same order either way
