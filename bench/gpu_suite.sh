@@ -14,7 +14,8 @@ export SUPEROPT_CACHE=${SUPEROPT_CACHE:-/tmp/superopt-cache}
 python3 -c "import flash_attn.cute" 2>/dev/null && echo "FA4: importable" || echo "FA4: absent"
 python3 -c "import quack" 2>/dev/null && echo "quack: importable" || echo "quack: absent"
 out=${OUT:-/tmp/out}
-python3 bench/suite.py --out /tmp/suite --graphs "$graphs" "$@" 2>&1 \
+# SUITE_LIMIT=S stops the suite after S seconds and still packs what it recorded
+timeout "${SUITE_LIMIT:-86400}" python3 bench/suite.py --out /tmp/suite --graphs "$graphs" "$@" 2>&1 \
   | grep --line-buffered -v "Warning: AnnotateWarpGroupRegAlloc"
 cp /tmp/suite/suite.json "$out/" 2>/dev/null
 tar -C /tmp -czf "$out/suite.tar.gz" suite
