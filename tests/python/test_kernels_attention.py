@@ -19,10 +19,12 @@ import pytest
 from superopt.errors import LoweringError
 from superopt.ir.ops import LOG2E
 from superopt.lower.kernels.attention import attention_source
+from superopt.lower.kernels.attention_blocks import section_size
 from superopt.lower.kernels.attention_online_softmax import FFMA_LIMIT
 from superopt.lower.kernels.attention_space import (SMEM_LIMIT_BYTES, attention_config_space,
                                                     attention_smem_bytes, visited_tiles)
-from superopt.lower.kernels.attention_spec import AttentionConfig, AttentionSpec, grid_shape
+from superopt.lower.kernels.attention_spec import (AttentionConfig, AttentionSpec, grid_shape,
+                                                   q_layout)
 
 REF = AttentionSpec(batch=16, tq=4096, tkv=4096, dqk=128, dv=128)
 EDGE = {
@@ -345,6 +347,46 @@ CAUSAL = AttentionSpec(batch=32, tq=4096, tkv=4096, dqk=128, dv=128, scale=128 *
                        kv_group=4, mask_lo=0)
 
 
+def launch_order(src: str, blocks: int) -> list[tuple[int, int]]:
+    """``(query block, batch index)`` of each block of a folded heaviest-first grid, in
+    launch order, evaluated from the kernel text's own unfolding of ``bxz``."""
+    unfold = [ln.strip() for ln in src.splitlines()
+              if ln.strip().startswith(("sec = bxz", "pos = bxz", "bz = ", "bx = ", "qb = "))]
+    tl_ops = type("T", (), {"if_then_else": staticmethod(lambda c, a, b: a if c else b)})
+    order = []
+    for bxz in range(blocks):
+        names = {"bxz": bxz}
+        for ln in unfold:
+            exec(ln, {"T": tl_ops}, names)  # noqa: S102 - integer arithmetic of the kernel
+        order.append((names["qb"], names["bz"]))
+    return order
+
+
+@pytest.mark.parametrize("batch,tkv,section", [(32, 65536, 4), (12, 8192, 8)])
+def test_heaviest_first_in_l2_sections(tmp_path, batch, tkv, section):
+    """Heads launch in sections whose K/V fit in 2/3 of the 60 MiB L2: at 65536 keys one
+    K/V head is 32 MiB, so a section is its 4 query heads; without GQA at 8192 keys a head
+    is 4 MiB, so 12 heads go as 8 and the remaining 4. Each section heaviest block first,
+    every block exactly once."""
+    group = 4 if batch == 32 else 1
+    spec = replace(CAUSAL, batch=batch, tq=1024, tkv=tkv, kv_group=group)
+    lay = q_layout(spec, WS_PP)
+    assert section_size(spec, lay) == section
+    order = launch_order(attention_source(spec, WS_PP), 8 * batch)
+    assert sorted(order) == [(qb, z) for qb in range(8) for z in range(batch)]
+    start = 0
+    for first in range(0, batch, section):
+        heads = list(range(first, min(first + section, batch)))
+        part = order[start:start + 8 * len(heads)]
+        start += len(part)
+        assert {z for _, z in part} == set(heads)
+        assert [qb for qb, _ in part] == sorted((qb for qb, _ in part), reverse=True)
+        assert [z for _, z in part[:len(heads)]] == heads
+    if batch % section:  # the remainder's runtime width lowers to CUDA
+        _, cu = _lower(tmp_path, spec, WS_PP, "sections")
+        assert "blockIdx.x" in cu
+
+
 def test_causal_skips_masked_tiles(tmp_path):
     """Causal: block qb visits key tiles 0..qb only (half the work), every head's heaviest
     block first (one grid extent, heads fastest, query blocks in reverse), and only the
@@ -360,15 +402,7 @@ def test_causal_skips_masked_tiles(tmp_path):
     assert "T.Kernel(1024, threads=384) as bxz:" in src
     # the block index the kernel unfolds in launch order (bxz = 0, 1, ...): heads fastest,
     # every head once per query block, query blocks (qb + 1 key tiles) heaviest first
-    unfold = [ln.strip() for ln in src.splitlines()
-              if ln.strip().startswith(("bz = bxz", "bx = bxz", "qb = "))]
-    assert len(unfold) == 3
-    order = []
-    for bxz in range(1024):
-        names = {"bxz": bxz}
-        for ln in unfold:
-            exec(ln, {}, names)  # noqa: S102 - three lines of integer arithmetic
-        order.append((names["qb"], names["bz"]))
+    order = launch_order(src, 1024)
     assert sorted(order) == [(qb, z) for qb in range(32) for z in range(32)]
     assert [qb for qb, _ in order] == sorted((qb for qb, _ in order), reverse=True)
     assert [z for _, z in order[:32]] == list(range(32))

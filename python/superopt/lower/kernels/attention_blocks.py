@@ -18,10 +18,11 @@ many keys until ``i - lo`` passes ``t_kv``) launch the heaviest blocks first,
 over the whole grid (every head's last query block, then every head's one before it, ...):
 the block scheduler hands out blocks in launch order, so the tail is the lightest blocks
 (with 32 heads x 32 query blocks of 1..32 key tiles on 132 SMs, a list-scheduling model
-puts the head-major order's makespan 12 % above this one's).
+puts the head-major order's makespan 12 % above this one's). Heads go in sections whose K/V
+fit in L2 (:func:`section_size`; one section for the suite's sizes), as FA4's scheduler does.
 
-Owns: this block bookkeeping and its kernel text. Imports the spec module and the emitter;
-must not import a schedule body or the configuration space.
+Owns: this block bookkeeping and its kernel text. Imports the spec module, the emitter and
+the target; must not import a schedule body or the configuration space.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..emit import Lines
+from ..target import HOPPER
 from .attention_spec import AttentionConfig, AttentionSpec, QLayout, grid_shape, q_layout
 from .tiling import ceil_div
 
@@ -105,6 +107,39 @@ class BlockPlan:
         return " and ".join(conds) if conds else None
 
 
+#: The share of L2 that the K/V rows read by one section of heaviest-first blocks may take
+#: (FA4's SM90 scheduler budgets 40 of H100's 50 MB for K and V).
+KV_L2_SHARE = 2 / 3
+
+
+def section_size(spec: AttentionSpec, lay: QLayout) -> int:
+    """How many batch indices of the Q/O view launch together, heaviest block first: the
+    largest power of two (at most ``lay.batch``) whose distinct K/V heads, ``t_kv x (d_qk +
+    d_v)`` elements each, fit in :data:`KV_L2_SHARE` of the target's L2. With every head
+    at once (one section) a long ``t_kv`` would have all the K/V heads in flight and stream
+    them through L2 once per query block instead of once per section."""
+    kv_head_bytes = spec.tkv * (spec.dqk + spec.dv) * 2  # fp16 / bf16
+    fit = max(1, int(HOPPER.l2_bytes * KV_L2_SHARE) // kv_head_bytes) * lay.group
+    return min(lay.batch, 1 << (fit.bit_length() - 1))
+
+
+def _write_heaviest_first(e: Lines, m_tiles: int, batch: int, section: int) -> None:
+    """Unfold ``bxz`` into ``(bx, bz)``: sections of ``section`` batch indices in order;
+    within one, batch fastest and query blocks in launch order (reversed by the caller),
+    so every batch index's heaviest block launches before any lighter one of its section.
+    The last section holds the remainder when ``section`` does not divide ``batch``."""
+    if section >= batch:
+        e(f"bz = bxz % {batch}")
+        e(f"bx = bxz // {batch}")
+        return
+    full, rest = divmod(batch, section)
+    e(f"sec = bxz // {section * m_tiles}")
+    e(f"pos = bxz % {section * m_tiles}")
+    width = str(section) if not rest else f"T.if_then_else(sec < {full}, {section}, {rest})"
+    e(f"bz = sec * {section} + pos % {width}")
+    e(f"bx = pos // {width}")
+
+
 def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
                         threads: int) -> BlockPlan:
     """Write ``with T.Kernel(...)`` at ``e``'s depth, enter its body (one level deeper; the
@@ -139,9 +174,8 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     else:
         e(f"with T.Kernel({grid[0]}, 1, {cfg.splits}, threads={threads}) as (bxz, by, sz):")
     e.indent()
-    if folded and reverse:  # batch fastest: every batch's heaviest block launches first
-        e(f"bz = bxz % {lay.batch}")
-        e(f"bx = bxz // {lay.batch}")
+    if folded and reverse:
+        _write_heaviest_first(e, m_tiles, lay.batch, section_size(spec, lay))
     elif folded:
         e(f"bx = bxz % {m_tiles}")
         e(f"bz = bxz // {m_tiles}")
