@@ -4,7 +4,8 @@
 # prefill; before it, the GPU tests of masked attention (float64 checks of the new grid) and
 # of the cluster GEMMs' wait; after it, bench/explore/output_reuse.py on matmul.
 #   usage (GPU machine, repo root, carrying .gpu): bash bench/explore/launch_order.sh
-# Writes $OUT/gpu_tests.log, $OUT/launch_order.json, $OUT/output_reuse.log.
+# Writes $OUT/gpu_tests.log, $OUT/launch_order.json and $OUT/launch_order.log (the A/B and
+# output_reuse.py printed).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 GPU_TESTS_K="programmatic or causal or mask or window" \

@@ -108,6 +108,23 @@ def test_sliding_window():
     check_graph(_graph(tq=1000, tkv=1000, lo=0, hi=255), "float16", _top(3))
 
 
+def test_heaviest_first_in_several_l2_sections(monkeypatch):
+    """Causal GQA with L2's share for K/V shrunk so that two K/V heads fit: the 12 query
+    heads launch as a section of 8 and a remainder of 4 (packed: sections of 2 K/V heads),
+    each heaviest block first; every block must still write its own rows."""
+    from superopt.lower.kernels import attention_blocks
+    from superopt.lower.target import HOPPER
+
+    g = _graph(g=3, lo=0)
+    kv_head = 300 * 256 * 2
+    monkeypatch.setattr(attention_blocks, "KV_L2_SHARE", 2.5 * kv_head / HOPPER.l2_bytes)
+    m = _match(g, "float16")
+    flat = config_space(m, limit=200)[0]
+    assert "sec = bxz" in lower_plan(m, flat).source
+    check_graph(g, "float16", _top(2))
+    check_graph(g, "float16", _with(pack_gqa=True))
+
+
 def test_fully_masked_rows_are_nan():
     """t_q > t_kv, causal aligned at the end: the first 200 query rows see no key; the
     reference is NaN there and the kernels must be too (relative_error checks the pattern)."""

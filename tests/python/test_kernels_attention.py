@@ -347,10 +347,13 @@ CAUSAL = AttentionSpec(batch=32, tq=4096, tkv=4096, dqk=128, dv=128, scale=128 *
                        kv_group=4, mask_lo=0)
 
 
-def launch_order(src: str, blocks: int) -> list[tuple[int, int]]:
-    """``(query block, batch index)`` of each block of a folded heaviest-first grid, in
-    launch order, evaluated from the kernel text's own unfolding of ``bxz``."""
-    unfold = [ln.strip() for ln in src.splitlines()
+def launch_order(src: str) -> list[tuple[int, int]]:
+    """``(query block, batch index)`` of each block of a folded heaviest-first attention
+    grid, in launch order: the grid's x extent read from its ``T.Kernel`` and each block's
+    indices evaluated from the kernel text's own unfolding of ``bxz``."""
+    body = src.split("T.Kernel(")[1]  # the attention kernel (a split's combine follows)
+    blocks = int(re.match(r"(\d+)", body).group(1))
+    unfold = [ln.strip() for ln in body.splitlines()
               if ln.strip().startswith(("sec = bxz", "pos = bxz", "bz = ", "bx = ", "qb = "))]
     tl_ops = type("T", (), {"if_then_else": staticmethod(lambda c, a, b: a if c else b)})
     order = []
@@ -362,29 +365,34 @@ def launch_order(src: str, blocks: int) -> list[tuple[int, int]]:
     return order
 
 
-@pytest.mark.parametrize("batch,tkv,section", [(32, 65536, 4), (12, 8192, 8)])
-def test_heaviest_first_in_l2_sections(tmp_path, batch, tkv, section):
+@pytest.mark.parametrize("batch,tkv,group,cfg,section", [
+    (32, 65536, 4, {}, 4), (12, 8192, 1, {}, 8), (12, 8192, 1, {"splits": 3}, 8),
+    (32, 65536, 4, {"pack_gqa": True}, 1)])
+def test_heaviest_first_in_l2_sections(tmp_path, batch, tkv, group, cfg, section):
     """Heads launch in sections whose K/V fit in 2/3 of the 60 MiB L2: at 65536 keys one
-    K/V head is 32 MiB, so a section is its 4 query heads; without GQA at 8192 keys a head
-    is 4 MiB, so 12 heads go as 8 and the remaining 4. Each section heaviest block first,
-    every block exactly once."""
-    group = 4 if batch == 32 else 1
+    K/V head is 32 MiB, so a section is its 4 query heads (or, packed, the one batch index
+    holding them); without GQA at 8192 keys a head is 4 MiB, so 12 heads go as 8 and the
+    remaining 4 (with split-KV on grid z too). Each section heaviest block first, heads
+    fastest, every block exactly once; the remainder divides by constants only."""
     spec = replace(CAUSAL, batch=batch, tq=1024, tkv=tkv, kv_group=group)
-    lay = q_layout(spec, WS_PP)
+    conf = replace(WS_PP, **cfg)
+    lay = q_layout(spec, conf)
     assert section_size(spec, lay) == section
-    order = launch_order(attention_source(spec, WS_PP), 8 * batch)
-    assert sorted(order) == [(qb, z) for qb in range(8) for z in range(batch)]
+    src = attention_source(spec, conf)
+    order = launch_order(src)
+    m_tiles = lay.rows // 128
+    assert sorted(order) == [(qb, z) for qb in range(m_tiles) for z in range(lay.batch)]
     start = 0
-    for first in range(0, batch, section):
-        heads = list(range(first, min(first + section, batch)))
-        part = order[start:start + 8 * len(heads)]
+    for first in range(0, lay.batch, section):
+        heads = list(range(first, min(first + section, lay.batch)))
+        part = order[start:start + m_tiles * len(heads)]
         start += len(part)
         assert {z for _, z in part} == set(heads)
         assert [qb for qb, _ in part] == sorted((qb for qb, _ in part), reverse=True)
         assert [z for _, z in part[:len(heads)]] == heads
-    if batch % section:  # the remainder's runtime width lowers to CUDA
-        _, cu = _lower(tmp_path, spec, WS_PP, "sections")
-        assert "blockIdx.x" in cu
+    if lay.batch % section:  # the remainder's section lowers with constant divisors only
+        _, cu = _lower(tmp_path, spec, conf, f"sections{len(cfg)}")
+        assert "condval" in cu and not re.search(r"[/%] *\(?condval", cu)
 
 
 def test_causal_skips_masked_tiles(tmp_path):
@@ -402,7 +410,7 @@ def test_causal_skips_masked_tiles(tmp_path):
     assert "T.Kernel(1024, threads=384) as bxz:" in src
     # the block index the kernel unfolds in launch order (bxz = 0, 1, ...): heads fastest,
     # every head once per query block, query blocks (qb + 1 key tiles) heaviest first
-    order = launch_order(src, 1024)
+    order = launch_order(src)
     assert sorted(order) == [(qb, z) for qb in range(32) for z in range(32)]
     assert [qb for qb, _ in order] == sorted((qb for qb, _ in order), reverse=True)
     assert [z for _, z in order[:32]] == list(range(32))

@@ -13,13 +13,17 @@ splits)``). Tiles outside are skipped (causal attention does about half the work
 inside that are not entirely kept get the per-element mask, the others none. A block with
 no tile at all (every row fully masked, or an empty split) still runs one tile with every
 score masked, so that it writes the fully-masked-row value (:mod:`.attention_online_softmax`).
-Masks with a causal bound (``lo``; a sliding window adds ``hi``: later rows see at least as
-many keys until ``i - lo`` passes ``t_kv``) launch the heaviest blocks first,
-over the whole grid (every head's last query block, then every head's one before it, ...):
-the block scheduler hands out blocks in launch order, so the tail is the lightest blocks
-(with 32 heads x 32 query blocks of 1..32 key tiles on 132 SMs, a list-scheduling model
-puts the head-major order's makespan 12 % above this one's). Heads go in sections whose K/V
-fit in L2 (:func:`section_size`; one section for the suite's sizes), as FA4's scheduler does.
+Masks with a causal bound (``lo``: the keys a row sees never decrease with ``i``; a sliding
+window adds ``hi``, and then they do not decrease while ``i - lo < t_kv``) launch the
+heaviest blocks first: the grid is one x extent (``(x, 1, splits)`` with split-KV), heads
+fastest and query blocks in reverse, so the block scheduler, which hands out blocks in
+launch order, leaves the lightest blocks for the tail (32 heads x 32 query blocks of 1..32
+key tiles on 132 SMs, a block taking its key tiles plus half a tile: a list-scheduling
+model puts the head-major order's makespan 13 % above this one's). Heads go in sections
+whose K/V fit in L2 (:func:`section_size`; one section at the suite's sizes), heaviest first
+within each section, as FA4's scheduler does. With packed GQA a block's rows span heads, so
+reversing the block index is heaviest-first per packed head (a sawtooth over the heads of
+one K/V head). Batch 1 and single-block kernels keep the 2-D grid (the same order).
 
 Owns: this block bookkeeping and its kernel text. Imports the spec module, the emitter and
 the target; must not import a schedule body or the configuration space.
@@ -107,27 +111,31 @@ class BlockPlan:
         return " and ".join(conds) if conds else None
 
 
-#: The share of L2 that the K/V rows read by one section of heaviest-first blocks may take
-#: (FA4's SM90 scheduler budgets 40 of H100's 50 MB for K and V).
+#: The share of L2 that the K/V rows read by one section of heaviest-first blocks may take:
+#: 2/3 of the H200's 60 MiB, the 40 MB that FA4's scheduler comment gives K and V.
 KV_L2_SHARE = 2 / 3
 
 
 def section_size(spec: AttentionSpec, lay: QLayout) -> int:
-    """How many batch indices of the Q/O view launch together, heaviest block first: the
-    largest power of two (at most ``lay.batch``) whose distinct K/V heads, ``t_kv x (d_qk +
-    d_v)`` elements each, fit in :data:`KV_L2_SHARE` of the target's L2. With every head
-    at once (one section) a long ``t_kv`` would have all the K/V heads in flight and stream
-    them through L2 once per query block instead of once per section."""
-    kv_head_bytes = spec.tkv * (spec.dqk + spec.dv) * 2  # fp16 / bf16
-    fit = max(1, int(HOPPER.l2_bytes * KV_L2_SHARE) // kv_head_bytes) * lay.group
-    return min(lay.batch, 1 << (fit.bit_length() - 1))
+    """How many batch indices of the Q/O view launch together, heaviest block first:
+    ``lay.group`` times the largest power of two of K/V heads (``t_kv x (d_qk + d_v)``
+    fp16/bf16 elements each) that fits in :data:`KV_L2_SHARE` of the target's L2 (at least
+    one), at most ``lay.batch``. Whole K/V groups, so a section never reads a K/V head
+    beyond its budget. With every head at once a long ``t_kv`` would have all the K/V heads
+    in flight and stream them through L2 once per query block instead of once per
+    section."""
+    kv_head_bytes = spec.tkv * (spec.dqk + spec.dv) * 2
+    fit = max(1, int(HOPPER.l2_bytes * KV_L2_SHARE) // kv_head_bytes)
+    return min(lay.batch, (1 << (fit.bit_length() - 1)) * lay.group)
 
 
 def _write_heaviest_first(e: Lines, m_tiles: int, batch: int, section: int) -> None:
     """Unfold ``bxz`` into ``(bx, bz)``: sections of ``section`` batch indices in order;
     within one, batch fastest and query blocks in launch order (reversed by the caller),
     so every batch index's heaviest block launches before any lighter one of its section.
-    The last section holds the remainder when ``section`` does not divide ``batch``."""
+    The last section holds the remainder when ``section`` does not divide ``batch``; both
+    branches divide by constants (a division by a run-time width costs a real integer
+    division wherever ``bx`` and ``bz`` are used)."""
     if section >= batch:
         e(f"bz = bxz % {batch}")
         e(f"bx = bxz // {batch}")
@@ -135,9 +143,13 @@ def _write_heaviest_first(e: Lines, m_tiles: int, batch: int, section: int) -> N
     full, rest = divmod(batch, section)
     e(f"sec = bxz // {section * m_tiles}")
     e(f"pos = bxz % {section * m_tiles}")
-    width = str(section) if not rest else f"T.if_then_else(sec < {full}, {section}, {rest})"
-    e(f"bz = sec * {section} + pos % {width}")
-    e(f"bx = pos // {width}")
+    if not rest:
+        e(f"bz = sec * {section} + pos % {section}")
+        e(f"bx = pos // {section}")
+        return
+    e(f"bz = T.if_then_else(sec < {full}, sec * {section} + pos % {section}, "
+      f"{full * section} + pos % {rest})")
+    e(f"bx = T.if_then_else(sec < {full}, pos // {section}, pos // {rest})")
 
 
 def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
@@ -147,9 +159,10 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     what the body needs.
 
     The grid is ``(query blocks, batch[, splits])`` (:func:`~.attention_spec.grid_shape`,
-    the batch folded into x past grid y's limit); with a causal-like mask, one x extent of
-    ``query blocks x batch``, batch fastest and query blocks in reverse, so the blocks launch
-    heaviest first across all batches.
+    the batch folded into x past grid y's limit); with a causal bound (and batch > 1, more
+    than one query block), one x extent of ``query blocks x batch`` (``(x, 1, splits)``
+    with split-KV), batch fastest and query blocks in reverse within each L2 section of
+    batch indices, so the blocks launch heaviest first (see the module docstring).
 
     Raises:
         LoweringError: a grid over the hardware's limits.
@@ -158,8 +171,8 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     bm, bn = cfg.block_m, cfg.block_n
     m_tiles = ceil_div(lay.rows, bm)
     nk = ceil_div(spec.tkv, bn)
-    # heaviest first: with a causal bound (i - j >= lo, with or without a window) later
-    # query blocks see at least as many keys (self-attention: t_q <= t_kv)
+    # heaviest first: with a causal bound (i - j >= lo) later query blocks see at least as
+    # many keys (with a window too, while i - lo < t_kv: self-attention)
     reverse = spec.mask_lo is not None and m_tiles > 1
     grid = grid_shape(m_tiles, lay.batch, cfg.splits, heaviest_first=reverse)
     split = cfg.splits > 1

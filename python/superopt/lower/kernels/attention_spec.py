@@ -346,10 +346,11 @@ def grid_shape(blocks_x: int, batch: int, splits: int = 1,
     ``batch`` while it fits :attr:`~superopt.lower.target.Target.max_grid_yz`, else the batch
     is folded into x (``x = blocks_x * batch``, unfolded in the kernel).
 
-    ``heaviest_first`` (blocks of unequal work, e.g. causal): always one x extent of
-    ``blocks_x * batch``, unfolded batch-fastest in the kernel, so that the block scheduler,
-    which hands out blocks in launch order, starts every batch's heaviest query block before
-    any lighter one (longest-processing-time-first; the tail is then the lightest blocks).
+    ``heaviest_first`` (blocks of unequal work, e.g. causal): one x extent of
+    ``blocks_x * batch`` (then ``(x, 1, splits)`` with splits), which the kernel unfolds
+    batch fastest within L2 sections of batch indices, so that the block scheduler, which
+    hands out blocks in launch order, starts each section's heaviest query blocks before
+    its lighter ones (longest-processing-time-first; the tail is the lightest blocks).
 
     Raises:
         LoweringError: more blocks than the grid's x extent (2^31 - 1) can hold.
