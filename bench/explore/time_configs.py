@@ -16,13 +16,14 @@ first is already staged where that applies): give the fields a comparison is abo
 explicitly in every variant. ``@FILE.py`` is a generated module as it stands (a recorded
 top-1, or one edited by hand for an A/B of something the configuration does not hold).
 
-Every variant is lowered here, compiled in the pool, checked against the float64 reference
-and timed with the peers named, interleaved in randomised order, ``--rounds`` rounds in each
-of ``--processes`` fresh processes (:meth:`superopt.run.session.Session.compare`, the
-harness every reported ratio comes from). Printed last: per subject its median µs and the
-median and IQR over rounds of (the first variant's time) / (its time), so > 1 is faster than
-the first variant. This times configurations the search may not reach within a small budget;
-the search itself is what picks kernels.
+Every variant is lowered here (an ``@FILE.py`` one is taken as it stands), compiled in the
+pool, checked against the float64 reference and timed with the peers named, interleaved in
+randomised order, ``--rounds`` rounds in each of ``--processes`` fresh processes
+(:meth:`superopt.run.session.Session.compare`, the harness every reported ratio comes from).
+Printed last: per subject its median µs and the median and IQR over rounds of (the first
+variant's time) / (its time), so > 1 is faster than the first variant. This times
+configurations the search may not reach within a small budget; the search itself is what
+picks kernels.
 """
 
 from __future__ import annotations
