@@ -9,7 +9,9 @@
 # reports go to /tmp/ncu_attention_{ours,fa4}.ncu-rep and their source pages (each SASS
 # instruction with its executed count and warp-stall samples) to
 # OUTDIR/sass_attention_{ours,fa4}.csv.gz. VARIANT=FAMILIES:KEY=VALUE,... profiles that
-# configuration of SPEC's plan instead of TOP1 (run_top1.py --variant).
+# configuration of SPEC's plan instead of TOP1 (run_top1.py --variant). WHO="ours cudnn"
+# profiles only those subjects (default: ours fa4 cudnn), so a call without the FA4 wheels
+# can profile ours and the next one FA4.
 set -uo pipefail
 out=$1; mkdir -p "$out"
 spec=${2:-examples/models/llama3_attention.py:llama3_attention}
@@ -19,18 +21,22 @@ secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryW
 run="python3 bench/explore/run_top1.py $spec"
 rep() { [[ ${FULL:-0} == 1 ]] && echo "--export /tmp/ncu_attention_$1 -f --print-details all"; }
 ours="--top1 $top1"; [[ -n ${VARIANT:-} ]] && ours="--variant $VARIANT"
-ncu --clock-control none -k 'regex:^k[0-9]+_' --launch-count 1 $secs $(rep ours) \
-  $run $ours > "$out/ncu_attention_ours.txt" 2>&1
+who=" ${WHO:-ours fa4 cudnn} "
+[[ $who == *" ours "* ]] && ncu --clock-control none -k 'regex:^k[0-9]+_' --launch-count 1 \
+  $secs $(rep ours) $run $ours > "$out/ncu_attention_ours.txt" 2>&1
 # the peers: launch 3 times, skip what the first (compiling) call launches, name every kernel
-ncu --clock-control none -k 'regex:(?i)flash|fmha|attn|sm90' --launch-skip 1 --launch-count 1 \
-  $secs $(rep fa4) $run --peer FA4 --launches 3 > "$out/ncu_attention_fa4.txt" 2>&1
-ncu --clock-control none -k 'regex:(?i)cudnn|fmha|flash|attn|sm90' --launch-skip 1 \
-  --launch-count 1 $secs $run --peer "SDPA cuDNN" --launches 3 > "$out/ncu_attention_cudnn.txt" 2>&1
+[[ $who == *" fa4 "* ]] && ncu --clock-control none -k 'regex:(?i)flash|fmha|attn|sm90' \
+  --launch-skip 1 --launch-count 1 $secs $(rep fa4) $run --peer FA4 --launches 3 \
+  > "$out/ncu_attention_fa4.txt" 2>&1
+[[ $who == *" cudnn "* ]] && ncu --clock-control none -k 'regex:(?i)cudnn|fmha|flash|attn|sm90' \
+  --launch-skip 1 --launch-count 1 $secs $run --peer "SDPA cuDNN" --launches 3 \
+  > "$out/ncu_attention_cudnn.txt" 2>&1
 if [[ ${FULL:-0} == 1 ]]; then
-  for who in ours fa4; do
-    ncu --import "/tmp/ncu_attention_$who.ncu-rep" --page source --csv --print-source sass \
-      2>&1 | gzip > "$out/sass_attention_$who.csv.gz"
-    echo "sass_attention_$who: $(zcat "$out/sass_attention_$who.csv.gz" | wc -l) lines"
+  for w in ours fa4; do
+    [[ $who == *" $w "* && -f /tmp/ncu_attention_$w.ncu-rep ]] || continue
+    ncu --import "/tmp/ncu_attention_$w.ncu-rep" --page source --csv --print-source sass \
+      2>&1 | gzip > "$out/sass_attention_$w.csv.gz"
+    echo "sass_attention_$w: $(zcat "$out/sass_attention_$w.csv.gz" | wc -l) lines"
   done
 fi
 for f in "$out"/ncu_attention_*.txt; do
