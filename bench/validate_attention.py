@@ -98,7 +98,7 @@ def _load_kernel(spec: AttentionSpec, cfg: AttentionConfig, src_dir: Path, tag: 
         path.write_text(text)
     mod = tl.import_module_file(path, name=f"attn_{tag}")
     prim = getattr(mod, f"build_{spec.name}")()
-    return tl.compile_kernel(prim)
+    return tl.compile_kernel(prim, rewrites=cfg.cuda_rewrites())
 
 
 def _inputs(spec: AttentionSpec, pattern: str, gen):

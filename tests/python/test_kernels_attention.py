@@ -42,6 +42,8 @@ WS_PP = AttentionConfig(block_m=128, block_n=128, stages=2, threads=384, schedul
 
 
 def _lower(tmp_path: Path, spec: AttentionSpec, cfg: AttentionConfig, tag: str, *, device_compile: bool = False):
+    """The kernel text and its CUDA as TileLang writes it; with ``device_compile``, the CUDA
+    nvcc built: after the configuration's rewrites, as a generated module compiles it."""
     from superopt.lower import tl
 
     text = "import tilelang\nimport tilelang.language as T\n\n\n" + attention_source(spec, cfg)
@@ -49,7 +51,8 @@ def _lower(tmp_path: Path, spec: AttentionSpec, cfg: AttentionConfig, tag: str, 
     path.write_text(text)
     mod = tl.import_module_file(path, name=f"test_attn_{tag}_{abs(hash(text))}")
     prim = getattr(mod, f"build_{spec.name}")()
-    return text, tl.lower_to_cuda(prim, device_compile=device_compile)
+    rewrites = cfg.cuda_rewrites() if device_compile else ()
+    return text, tl.lower_to_cuda(prim, device_compile=device_compile, rewrites=rewrites)
 
 
 def check_ws_cuda(cu: str, cfg: AttentionConfig, spec: AttentionSpec = REF) -> None:
@@ -102,7 +105,9 @@ def test_config_space_reference():
     assert space == attention_config_space(REF), "deterministic"
     assert 8 <= len(space) <= 20
     assert len(set(space)) == len(space)
-    assert space[0] == WS_PP, "FlashAttention-3 style ping-pong 128x128, 2 stages first"
+    assert space[0] == replace(WS_PP, defer_row_sum=True), \
+        "FlashAttention-3 style ping-pong 128x128, 2 stages first, row sums per thread"
+    assert all(c.defer_row_sum == (c.schedule == "ws") for c in space)
     assert {c.schedule for c in space} == {"ws", "pipelined"}
     for c in space:
         assert attention_smem_bytes(REF, c) <= SMEM_LIMIT_BYTES
@@ -126,7 +131,7 @@ def test_short_sequences_prefer_two_blocks_per_sm():
     pp = next(c for c in space if c.block_m == 128 and c.block_n == 128 and c.pingpong)
     ratio = attention_cost(vit, first) / attention_cost(vit, pp)
     assert 0.80 < ratio < 0.88, ratio  # 25.7 / 30.7 = 0.837 measured
-    assert attention_config_space(REF)[0] == WS_PP
+    assert attention_config_space(REF)[0] == replace(WS_PP, defer_row_sum=True)
 
 
 def test_config_space_edges():
@@ -470,7 +475,7 @@ def test_split_kv_decode(tmp_path):
 def test_lean_producer(tmp_path):
     cfg = replace(WS_PP, lean_producer=True)
     assert cfg.label() == "ws_pp_m128n128s2t384_lean"
-    assert cfg in attention_config_space(REF)
+    assert replace(cfg, defer_row_sum=True) in attention_config_space(REF)
     text, cu = _lower(tmp_path, REF, cfg, "lean")
     assert "if tx < 288:" in text and "k_full = T.alloc_barrier([32] * 2)" in text
     assert "k_full[0].init(32);" in cu and "q_full[0].init(32);" in cu
@@ -509,6 +514,62 @@ def test_uniform_warpgroup_index_rewrites_only_the_wgmma_calls(tmp_path):
                                            "__launch_bounds__(200, 1)"))
 
 
+def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):
+    """``defer_row_sum``: the schedule writes one marker before the normalisation (and one
+    before a split's partial store), and the rewrite removes TileLang's all-reduce of the
+    first tile's ``l`` and of every later ``rsum`` and puts that all-reduce of each of
+    ``l``'s elements at the marker; every other line is TileLang's. Mismatches are refused."""
+    from superopt.lower.cuda_rewrite import ROW_SUM_MARKER, deferred_row_sum
+
+    cfg = replace(WS_PP, defer_row_sum=True)
+    assert cfg.label() == "ws_pp_m128n128s2t384_dsum"
+    assert cfg.cuda_rewrites() == ("defer_row_sum",)
+    assert replace(cfg, uniform_wg=True).cuda_rewrites() == ("uniform_wg", "defer_row_sum")
+    assert AttentionConfig(block_m=128, block_n=64, stages=2, threads=256,
+                           schedule="pipelined", defer_row_sum=True).defer_row_sum is False
+    text, cu = _lower(tmp_path, REF, cfg, "dsum")
+    assert text.count(ROW_SUM_MARKER) == 1
+    _, plain = _lower(tmp_path, REF, WS_PP, "dsum_plain")
+    allreduce = "tl::AllReduce<tl::SumOp, 4, 1, 0, tl::NamedBarrier<256>>::run"
+    assert plain.count(allreduce) == 2  # the first tile's l, the steady state's rsum
+    out = deferred_row_sum(cu)
+    assert out.count(allreduce) == 1 and "l[superopt_i] = " + allreduce in out
+    assert "float l[2];" in cu and "superopt_i < 2;" in out  # every element of l
+    assert ROW_SUM_MARKER not in out
+    kept = [ln for ln in cu.split("\n") if allreduce not in ln]
+    at = next(i for i, ln in enumerate(kept) if ROW_SUM_MARKER in ln)
+    lines = out.split("\n")
+    assert lines[:at] == kept[:at] and lines[at + 4:] == kept[at + 1:]
+    # the all-reduce comes after the last PV and before l is read for 1 / l
+    assert out.index("l[superopt_i]") > out.rindex("tl::wait_wgmma<0>()")
+    assert out.index("l[superopt_i]") < out.index("1.000000e+00*/ / l[")
+    assert deferred_row_sum("no row sums") == "no row sums"  # e.g. the split-KV combine
+    with pytest.raises(ValueError, match="without row-sum all-reduces"):
+        deferred_row_sum(f"  {ROW_SUM_MARKER}();")
+    with pytest.raises(ValueError, match="without a marker"):
+        deferred_row_sum(out)  # applied twice
+    with pytest.raises(ValueError, match="without a marker"):
+        deferred_row_sum(cu.replace(f"{ROW_SUM_MARKER}();", ""))
+    with pytest.raises(ValueError, match="2 markers"):
+        deferred_row_sum(cu.replace(f"{ROW_SUM_MARKER}();", f"{ROW_SUM_MARKER}();\n"
+                                    f"  {ROW_SUM_MARKER}();"))
+    with pytest.raises(ValueError, match="line of its own"):
+        deferred_row_sum(cu.replace(f"{ROW_SUM_MARKER}();", f"{ROW_SUM_MARKER}(); // x"))
+    first_l = next(ln for ln in cu.split("\n") if allreduce in ln and ln.strip().startswith("l["))
+    with pytest.raises(ValueError, match=r"all-reduces of \['rsum'\]"):
+        deferred_row_sum(cu.replace(first_l, first_l.replace("l[i_", "l_clear[i_", 1)))
+    with pytest.raises(ValueError, match="differently"):
+        deferred_row_sum(cu.replace("tl::AllReduce<tl::SumOp, 4, 1, 0,",
+                                    "tl::AllReduce<tl::SumOp, 4, 2, 0,", 1))
+    # split-KV: the partial store reads l too (a = D + log2 l), after its own marker
+    spec = AttentionSpec(batch=8, tq=1, tkv=8192, dqk=128, dv=128, kv_group=4)
+    split = replace(attention_config_space(spec)[0], defer_row_sum=True)
+    assert split.splits > 1
+    stext = attention_source(spec, split)
+    assert stext.count(ROW_SUM_MARKER) == 1
+    assert stext.index(ROW_SUM_MARKER) < stext.index("A_part[")
+
+
 def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path, monkeypatch):
     """A uniform_wg configuration: the generated module carries the rewrite (the same
     function, copied) and compiles its attention kernel through TileLang's CUDA hook with
@@ -536,7 +597,8 @@ def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path,
         if match.families == ("attention",):
             break
     flat = complete_config(match, {"k0.block_m": 128, "k0.block_n": 128, "k0.stages": 2,
-                                   "k0.pingpong": True, "k0.uniform_wg": True})
+                                   "k0.pingpong": True, "k0.uniform_wg": True,
+                                   "k0.defer_row_sum": False})
     mod = lower_plan(match, flat, directory=tmp_path)
     src = mod.path.read_text()
     call = (f"'k0_attention': compile_rewritten(build_k0_attention(), target, "

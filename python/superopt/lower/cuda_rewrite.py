@@ -1,6 +1,6 @@
 """Rewrites of the CUDA C that TileLang generates, where TileLang 0.1.15 has no option for
-what a schedule needs. Each is exact (the same results, bit for bit) and named in
-:data:`REWRITES`; a kernel configuration lists the ones it asks for
+what a schedule needs. Each is named in :data:`REWRITES`; a kernel configuration lists the
+ones it asks for
 (``cuda_rewrites()`` of :class:`~.kernels.attention_spec.AttentionConfig` and
 :class:`~.kernels.gemm_spec.GemmConfig`).
 
@@ -12,7 +12,16 @@ what a schedule needs. Each is exact (the same results, bit for bit) and named i
   ``bench/results/2026-12-02c-session/sass/attention.sass.gz``). CUTLASS reads the warpgroup
   index through ``__shfl_sync(0xffffffff, threadIdx.x / 128, 0)`` for this reason (its
   ``canonical_warp_group_idx``). The rewrite does the same in the ``wgmma`` calls only.
-  Timed on the H200 (2026-12-03): a tie in attention and the "ws" GEMM.
+  Timed on the H200 (2026-12-03): a tie in attention and the "ws" GEMM. Exact (the same
+  results, bit for bit).
+* ``defer_row_sum`` (:func:`deferred_row_sum`). The online softmax's running row sum ``l``
+  kept as each thread's partial sum of its own columns, summed across the threads of a row
+  once, before the normalisation, instead of after every key tile: FlashAttention-3/4 keep
+  it so (the SASS of FA4's SM90 loop, 2026-12-03: its four ``SHFL`` per key tile are the row
+  max's; ours had eight). TileLang's ``T.reduce_sum`` always all-reduces, so the schedule
+  writes a marker where the sum is due and the rewrite moves TileLang's own all-reduce
+  there. Not bit-exact: the same sum in another order (each thread's partial carries the
+  common ``alpha`` factors, which the quad shares: the row max is all-reduced).
 
 A second rewrite was built and timed the same day and taken out: four partial accumulators
 for each thread's row max and row sum (FlashAttention-4's SM90 ``fmax_reduce``) ran 2–3 %
@@ -31,6 +40,7 @@ reaches TileLang only through :mod:`.tl`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -87,8 +97,73 @@ def uniform_warpgroup_index(code: str) -> str:
     return out
 
 
+#: The statement a schedule writes (``T.call_extern("handle", ROW_SUM_MARKER)``) where the
+#: deferred row sum is to be all-reduced.
+ROW_SUM_MARKER = "superopt_row_sum_allreduce"
+#: TileLang's all-reduce of the row sum ``l`` (the first key tile) or ``rsum`` (every other).
+_ROW_SUM_ALLREDUCE = re.compile(
+    r"^[ \t]*(l|rsum)\[(\w+)\] = (tl::AllReduce<tl::SumOp,[^;]*>)::run\(\1\[\2\]\);\n",
+    re.MULTILINE)
+
+
+def deferred_row_sum(code: str) -> str:
+    """``code`` (one kernel's CUDA) with the all-reduces of the online softmax's row sums
+    (``l`` of the first key tile, ``rsum`` of the others: TileLang's
+    ``tl::AllReduce<tl::SumOp, ...>`` lines) removed, so that ``l`` accumulates each
+    thread's partial sum, and the marker statement ``superopt_row_sum_allreduce();``
+    replaced by the same all-reduce of every element of ``l`` (its length read from the
+    ``float l[N];`` declaration). Text with neither is returned unchanged (e.g. a split-KV
+    combine kernel).
+
+    Raises:
+        ValueError: anything but exactly one marker on a line of its own with exactly one
+            all-reduce of ``l`` (and one of ``rsum`` where ``rsum`` is declared), all of one
+            template; no ``l`` declaration; or a row-sum all-reduce left afterwards (a
+            form this rewrite does not know would count a tile's sum four times).
+    """
+    marker = ROW_SUM_MARKER + "();"
+    found = list(_ROW_SUM_ALLREDUCE.finditer(code))
+    markers = code.count(ROW_SUM_MARKER)
+    if not found and not markers:
+        return code
+
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"deferred_row_sum: {why}: the schedule and the rewrite disagree, "
+                          "or TileLang's format changed")
+    if not found:
+        raise refuse("a marker without row-sum all-reduces")
+    if markers != 1:
+        raise refuse(f"{markers} markers where one is due" if markers else
+                     "row-sum all-reduces without a marker")
+    names = sorted(m.group(1) for m in found)
+    want = ["l", "rsum"] if re.search(r"^\s*float rsum\[\d+\];$", code, re.MULTILINE) else ["l"]
+    if names != want:
+        raise refuse(f"all-reduces of {names} where {want} are written")
+    templates = {m.group(3) for m in found}
+    if len(templates) != 1:
+        raise refuse(f"the row sums are all-reduced differently: {sorted(templates)}")
+    n = re.search(r"^\s*float l\[(\d+)\];$", code, re.MULTILINE)
+    if n is None:
+        raise refuse("no 'float l[N];' declaration")
+    allreduce = templates.pop()
+    out = _ROW_SUM_ALLREDUCE.sub("", code)
+    if re.search(r"\b(l|rsum)\[\w+\] = tl::AllReduce<tl::SumOp", out):
+        raise refuse("a row-sum all-reduce of another form is left")
+
+    def reduce_l(m: re.Match) -> str:
+        pad = m.group(1)
+        return (f"{pad}#pragma unroll\n"
+                f"{pad}for (int superopt_i = 0; superopt_i < {n.group(1)}; ++superopt_i) {{\n"
+                f"{pad}  l[superopt_i] = {allreduce}::run(l[superopt_i]);\n"
+                f"{pad}}}")
+    out, replaced = re.subn(rf"^([ \t]*){re.escape(marker)}$", reduce_l, out, flags=re.MULTILINE)
+    if replaced != 1:
+        raise refuse("the marker is not a statement on a line of its own")
+    return out
+
+
 #: Every rewrite by name, in the order a kernel's list is applied.
-REWRITES = {"uniform_wg": uniform_warpgroup_index}
+REWRITES = {"uniform_wg": uniform_warpgroup_index, "defer_row_sum": deferred_row_sum}
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,12 +185,12 @@ def apply_rewrites(code: str, names) -> str:
     return code
 
 
-def compile_rewritten(func, target, names, flag):
-    """Compile the ``T.prim_func`` ``func`` with the rewrites ``names`` applied to its CUDA
-    (:func:`apply_rewrites`): TileLang's post-processing hook is set for this one call,
-    after any hook that was there (which is restored afterwards, or the hook removed), under
-    a lock shared by every generated module of the process; ``flag``
-    (:func:`rewrite_flag`) keys TileLang's kernel cache apart from the plain build."""
+@contextlib.contextmanager
+def rewriting_cuda(names):
+    """Within the block, TileLang's CUDA post-processing hook applies the rewrites ``names``
+    (:func:`apply_rewrites`) after any hook that was there (restored afterwards, or the hook
+    removed), under a lock shared by every generated module of the process: each kernel
+    TileLang writes in the block is compiled by nvcc as rewritten."""
     import threading
 
     import tilelang
@@ -131,12 +206,22 @@ def compile_rewritten(func, target, names, flag):
 
         tvm_ffi.register_global_func(hook_name, f=hook, override=True)
         try:
-            return tilelang.compile(func, target=target, compile_flags=[flag])
+            yield
         finally:
             if previous is not None:
                 tvm_ffi.register_global_func(hook_name, f=previous, override=True)
             else:
                 tvm_ffi.remove_global_func(hook_name)
+
+
+def compile_rewritten(func, target, names, flag):
+    """Compile the ``T.prim_func`` ``func`` with the rewrites ``names`` applied to its CUDA
+    (:func:`rewriting_cuda`, for this one call); ``flag`` (:func:`rewrite_flag`) keys
+    TileLang's kernel cache apart from the plain build."""
+    import tilelang
+
+    with rewriting_cuda(names):
+        return tilelang.compile(func, target=target, compile_flags=[flag])
 
 
 def module_helpers_source(kernels: dict) -> str:
@@ -145,11 +230,14 @@ def module_helpers_source(kernels: dict) -> str:
     of the module's kernels built with rewrites (``kernels``: name to rewrite names) to
     those names, so that a dry run records their CUDA as compiled."""
     return "\n".join([
+        "import contextlib",
         "import re",
         "",
         f"REWRITTEN_KERNELS = {dict(kernels)!r}",
         f"_WG_INDEX = {_WG_INDEX!r}",
         f"_KERNEL_OPEN = re.compile({_KERNEL_OPEN.pattern!r}, re.MULTILINE)",
+        f"ROW_SUM_MARKER = {ROW_SUM_MARKER!r}",
+        f"_ROW_SUM_ALLREDUCE = re.compile({_ROW_SUM_ALLREDUCE.pattern!r}, re.MULTILINE)",
         "",
         "",
         *[part for fn in dict.fromkeys(REWRITES.values())
@@ -158,6 +246,9 @@ def module_helpers_source(kernels: dict) -> str:
         "",
         "",
         inspect.getsource(apply_rewrites).rstrip(),
+        "",
+        "",
+        inspect.getsource(rewriting_cuda).rstrip(),
         "",
         "",
         inspect.getsource(compile_rewritten).rstrip(),

@@ -136,8 +136,10 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     out_names = ", ".join(outs.values())
     plans = [_launch_plan(kl, cfg) for kl, cfg in zip(kls_run, configs)]
     funcs = [lp.funcs if lp else (kl.spec.name,) for kl, lp in zip(kls_run, plans)]
-    rewritten = {fn: cfg.cuda_rewrites() for fns, cfg in zip(funcs, configs)
-                 if getattr(cfg, "cuda_rewrites", None) and cfg.cuda_rewrites() for fn in fns}
+    # a configuration's rewrites are of its own kernel, the first of its functions (not,
+    # e.g., a split-KV combine)
+    rewritten = {fns[0]: cfg.cuda_rewrites() for fns, cfg in zip(funcs, configs)
+                 if getattr(cfg, "cuda_rewrites", None) and cfg.cuda_rewrites()}
     if rewritten:
         lines += ["", module_helpers_source(rewritten), ""]
     lines += [

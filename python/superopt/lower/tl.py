@@ -8,7 +8,7 @@ Lowering and compiling need no GPU: :func:`lower_to_cuda` turns a ``T.prim_func`
 CUDA C for ``sm_90a`` and, with ``device_compile=True``, also runs nvcc on it.
 
 Owns: every call into TileLang. Imports tilelang lazily (a heavy dependency), nothing of
-the package but the target.
+the package but the target and the CUDA rewrites (a leaf module).
 """
 
 from __future__ import annotations
@@ -26,30 +26,31 @@ from .target import HOPPER
 SM90A = HOPPER.compile_target
 
 
-def lower_to_cuda(prim_func: Any, *, device_compile: bool = False) -> str:
+def lower_to_cuda(prim_func: Any, *, device_compile: bool = False,
+                  rewrites: tuple[str, ...] = ()) -> str:
     """Lower one ``T.prim_func`` to CUDA C source for sm_90a, without a GPU.
 
     Args:
         prim_func: a TileLang ``T.prim_func``.
         device_compile: also compile the CUDA C to a cubin with the local nvcc (about 4 s
             per GEMM-class kernel on a 2-core machine; 0.4 s without).
+        rewrites: names of :data:`superopt.lower.cuda_rewrite.REWRITES` the kernel is
+            compiled with (a generated module's ``REWRITTEN_KERNELS`` entry): applied to the
+            CUDA returned and, with ``device_compile``, to what nvcc builds.
 
     Returns:
-        The CUDA C source of the device module.
+        The CUDA C source of the device module (rewritten).
 
     Raises:
         Whatever TileLang raises for a kernel it cannot lower (layout inference, shared
         memory overflow); callers wrap it in :class:`superopt.errors.LoweringError`.
     """
-    import tilelang
-    from tilelang import tvm
-
-    with tvm.target.Target(SM90A):
-        artifact = tilelang.lower(prim_func, target=SM90A, enable_device_compile=device_compile)
-    return str(artifact.kernel_source)
+    return lower_with_launch_info(prim_func, device_compile=device_compile,
+                                  rewrites=rewrites)[0]
 
 
-def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False) -> tuple[str, dict]:
+def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False,
+                           rewrites: tuple[str, ...] = ()) -> tuple[str, dict]:
     """Lower like :func:`lower_to_cuda` and also report each device kernel's launch.
 
     Returns:
@@ -61,11 +62,19 @@ def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False) -> t
     Raises:
         What :func:`lower_to_cuda` raises.
     """
+    import contextlib
+
     import tilelang
     from tilelang import tvm
 
-    with tvm.target.Target(SM90A):
+    from .cuda_rewrite import apply_rewrites, rewriting_cuda
+
+    # nvcc builds the rewritten text through TileLang's hook, whose output becomes the
+    # artifact's source; without a device compile the hook does not run
+    hook = rewriting_cuda(rewrites) if rewrites and device_compile else contextlib.nullcontext()
+    with hook, tvm.target.Target(SM90A):
         artifact = tilelang.lower(prim_func, target=SM90A, enable_device_compile=device_compile)
+    source = str(artifact.kernel_source)
     info = {}
     for global_var, func in artifact.device_mod.functions.items():
         attrs = func.attrs
@@ -75,10 +84,11 @@ def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False) -> t
             "grid": tuple(extent.get(f"blockIdx.{a}", 1) for a in "xyz"),
             "block": tuple(extent.get(f"threadIdx.{a}", 1) for a in "xyz"),
         }
-    return str(artifact.kernel_source), info
+    return (source if device_compile else apply_rewrites(source, rewrites)), info
 
 
-def compile_kernel(prim_func: Any, out_idx: list[int] | None = None, target: Any = "cuda") -> Any:
+def compile_kernel(prim_func: Any, out_idx: list[int] | None = None, target: Any = "cuda",
+                   rewrites: tuple[str, ...] = ()) -> Any:
     """Compile a ``T.prim_func`` into a callable ``JITKernel`` for the local GPU.
 
     Args:
@@ -87,13 +97,23 @@ def compile_kernel(prim_func: Any, out_idx: list[int] | None = None, target: Any
             when the caller passes every tensor (our launchers do).
         target: ``"cuda"`` (the local GPU) or a target dict; pass :data:`SM90A` on
             Hopper so that nvcc accepts the warp-specialised kernels' ``setmaxnreg``.
+        rewrites: names of :data:`superopt.lower.cuda_rewrite.REWRITES` to compile with
+            (a configuration's ``cuda_rewrites()``; a kernel whose configuration asks for
+            the deferred row sum does not compile without it), keyed apart in TileLang's
+            cache by :func:`~superopt.lower.cuda_rewrite.rewrite_flag`.
 
     Returns:
         A ``tilelang.JITKernel``; call it with torch CUDA tensors.
     """
     import tilelang
 
-    return tilelang.compile(prim_func, out_idx=out_idx, target=target)
+    from .cuda_rewrite import rewrite_flag, rewriting_cuda
+
+    if not rewrites:
+        return tilelang.compile(prim_func, out_idx=out_idx, target=target)
+    with rewriting_cuda(tuple(rewrites)):
+        return tilelang.compile(prim_func, out_idx=out_idx, target=target,
+                                compile_flags=[rewrite_flag(tuple(rewrites))])
 
 
 def import_module_file(path: str | Path, name: str | None = None) -> ModuleType:

@@ -31,17 +31,22 @@ Conventions:
   value (``exp(-inf) / sum = 0 / 0``; :func:`superopt.ir.semantics.evaluate`). A split-KV
   partial of no key stores ``O = 0`` and statistics ``(m, a) = (-inf, -inf)``, so it weighs 0
   in the combine, which gives NaN only when every split of the row was empty.
+* The row sum ``l`` with ``defer_row_sum``: each thread's partial over its own columns of
+  the row (the recurrence holds per thread: the row's threads share ``m`` and ``alpha``),
+  summed across the row's threads once, before ``l`` is read after the key loop.
 * Very negative rows (every score about -1e6 or below): the max subtraction keeps the max at
   ``2^0``; nothing is zeroed by a finite sentinel.
 * Scores of ``+inf`` or NaN (an fp32 overflow of ``Q K^T``, possible only for bf16 inputs
   beyond ~1e17) are not supported: such rows come out NaN.
 
-Owns: these pieces of kernel text. Imports the spec module and the emitter; must not import
-a schedule's body or the configuration space.
+Owns: these pieces of kernel text. Imports the spec module, the emitter and the marker name
+of the deferred row sum's CUDA rewrite; must not import a schedule's body or the
+configuration space.
 """
 
 from __future__ import annotations
 
+from ..cuda_rewrite import ROW_SUM_MARKER
 from ..emit import Lines
 from .attention_spec import KPOS, QPOS, SCORE, AttentionConfig, AttentionSpec, padded_dim
 
@@ -145,6 +150,15 @@ def write_softmax_update(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *,
         e("T.reduce_sum(acc_s, rsum, dim=1)")
 
 
+def write_row_sum_allreduce(e: Lines, cfg: AttentionConfig) -> None:
+    """With ``cfg.defer_row_sum``: the marker where the per-thread partials of ``l`` are
+    summed across each row's threads (:func:`superopt.lower.cuda_rewrite.deferred_row_sum`
+    writes the all-reduce there); nothing otherwise. Before any read of ``l`` after the
+    key loop."""
+    if cfg.defer_row_sum:
+        e(f'T.evaluate(T.call_extern("handle", "{ROW_SUM_MARKER}"))')
+
+
 def write_normalise_and_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
                               o_buf: str | None, o_dst: str) -> None:
     """Write ``O = acc_o * (1 / l)`` (NaN for a fully masked row: ``l == 0``) and its store
@@ -153,6 +167,7 @@ def write_normalise_and_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfi
     past the end, or with ``o_buf`` None straight from registers."""
     bm = cfg.block_m
     dv = padded_dim(spec.dv)
+    write_row_sum_allreduce(e, cfg)
     e(f"for i in T.Parallel({bm}):")
     with e.indent():
         e('rinv[i] = T.if_then_else(l[i] > 0.0, 1.0 / l[i], T.infinity("float32"))')
@@ -178,6 +193,7 @@ def write_partial_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, 
     past ``rows`` skipped."""
     bm = cfg.block_m
     dv = padded_dim(spec.dv)
+    write_row_sum_allreduce(e, cfg)
     e(f"for i in T.Parallel({bm}):")
     with e.indent():
         e("rinv[i] = T.if_then_else(l[i] > 0.0, 1.0 / l[i], 0.0)")

@@ -183,6 +183,12 @@ class AttentionConfig:
             starts its blocks and set-up while this one drains, as cuBLAS's kernels do.
             Timed on the H200 (2026-12-03, reference attention): a tie, so not in the
             search's space.
+        defer_row_sum: ``"ws"`` only (normalised to False otherwise): each consumer thread
+            keeps its own partial of the row sum ``l`` over the key tiles, and the threads
+            of a row add them once before the normalisation (FlashAttention-3/4's order),
+            instead of an all-reduce (two ``SHFL`` levels a row) after every key tile
+            (:func:`superopt.lower.cuda_rewrite.deferred_row_sum`). The same sum in
+            another order, not bit for bit.
     """
 
     block_m: int
@@ -198,6 +204,7 @@ class AttentionConfig:
     lean_producer: bool = False
     uniform_wg: bool = False
     pdl: bool = False
+    defer_row_sum: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -244,6 +251,7 @@ class AttentionConfig:
         if self.schedule != "ws":
             object.__setattr__(self, "early_rescale", True)
             object.__setattr__(self, "lean_producer", False)
+            object.__setattr__(self, "defer_row_sum", False)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -260,12 +268,14 @@ class AttentionConfig:
         tag += "_lean" if self.lean_producer else ""
         tag += "_uwg" if self.uniform_wg else ""
         tag += "_pdl" if self.pdl else ""
+        tag += "_dsum" if self.defer_row_sum else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
         (:data:`superopt.lower.cuda_rewrite.REWRITES`), in the order they apply."""
-        return ("uniform_wg",) if self.uniform_wg else ()
+        return (("uniform_wg",) if self.uniform_wg else ()) + (
+            ("defer_row_sum",) if self.defer_row_sum else ())
 
     def launch_plan(self, spec: AttentionSpec) -> "LaunchPlan | None":
         """The launches of this configuration when they are not the one default launch

@@ -55,7 +55,8 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
             prologue, mask (partial tiles); softmax(S) -> alpha, m, l  # overlaps PV(j-1)
             wait PV (wait_group 0); release V_{j-1};  [acc *= alpha (late)];  P = fp16(S)
         wait v_full[n-1];  [turn]  acc *= alpha;  issue acc += P V_{n-1}  [pass turn]
-        wait; release V_{n-1};  O = acc * (1 / l)  -> shared (Q's tile) -> TMA store
+        wait; release V_{n-1};  [l summed across the row's threads (defer_row_sum)]
+        O = acc * (1 / l)  -> shared (Q's tile) -> TMA store
 
     ``[turn]``/``[pass turn]`` (ping-pong only) are ``bar.sync`` on the warpgroup's own named
     barrier and ``bar.arrive`` on the next warpgroup's (256 threads each); the last
