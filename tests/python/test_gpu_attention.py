@@ -137,6 +137,23 @@ def test_fully_masked_rows_are_nan():
     check_graph(g, "float16", _with(schedule="pipelined"))
 
 
+def test_deferred_row_sum_masked_rows_and_splits():
+    """The per-thread row sums summed once at the end (``defer_row_sum``): fully masked rows
+    stay NaN (every partial is 0), in both rescale orders, and split-KV partials with
+    empty splits combine right (their ``a = D + log2 l`` reads the summed ``l``)."""
+    def on(*, splits=False, **extra):
+        def pick(space, m):
+            return [dict(c, **{"k0.defer_row_sum": True}, **extra) for c in space
+                    if c["k0.schedule"] == "ws" and (c["k0.splits"] > 1) == splits][:2]
+        return pick
+
+    window = _graph(b=1, g=4, r=4, tq=4, tkv=4096, lo=4 - 4096, hi=4 - 4096 + 299)
+    masked = _graph(tq=500, tkv=300, lo=200)
+    check_graph(masked, "float16", on())
+    check_graph(masked, "float16", on(**{"k0.early_rescale": False}))
+    check_graph(window, "float16", on(splits=True))
+
+
 def test_split_kv_decode():
     """LLaMA-3-8B decode shape (smaller batch): t_q = 1, 8192 keys, GQA 4."""
     g = _graph(b=2, g=8, r=4, tq=1, tkv=8192)
@@ -145,8 +162,12 @@ def test_split_kv_decode():
 
 
 def test_split_kv_with_mask_and_empty_splits():
-    """Split-KV over a sliding window: some splits of a row see no key (weight 0)."""
-    g = _graph(b=1, g=4, r=4, tq=4, tkv=4096, lo=4096 - 4 - 300, hi=None)
+    """Split-KV over a sliding window of the last 300 keys: some splits of a row see no key
+    (weight 0), one does. (Until 2026-12-03 the window was written ``i - j >= 3792``, which
+    masks every row: the test compared NaN with NaN.)"""
+    g = _graph(b=1, g=4, r=4, tq=4, tkv=4096, lo=4 - 4096, hi=4 - 4096 + 299)
+    x = {n: torch.randn(sh, dtype=torch.float64) for n, sh in g.inputs}
+    assert torch.isfinite(evaluate(g, x)).all()
     check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:3])
 
 
@@ -174,11 +195,12 @@ def test_lean_producer_reference_shape():
     check_graph(g, "float16", _with(lean_producer=True))
 
 
-@pytest.mark.parametrize("rewrite,marker", [("uniform_wg", "superopt_wg")])
+@pytest.mark.parametrize("rewrite,marker", [("uniform_wg", "superopt_wg"),
+                                            ("defer_row_sum", "superopt_i")])
 def test_cuda_rewrites(rewrite, marker):
     """The ping-pong tile compiled with a rewrite of TileLang's CUDA
-    (``superopt.lower.cuda_rewrite``: the warp-uniform warpgroup index): causal GQA with
-    ragged tiles against the float64 reference."""
+    (``superopt.lower.cuda_rewrite``: the warp-uniform warpgroup index, the deferred row
+    sum): causal GQA with ragged tiles against the float64 reference."""
     def pick(space, m):  # the option on the space's ping-pong tiles (it may not be in it)
         return [dict(c, **{f"k0.{rewrite}": True}) for c in space
                 if c["k0.block_m"] == 128 and c["k0.pingpong"]][:2]
@@ -217,7 +239,8 @@ def _run_kernel(spec, cfg, q, k, v):
     path = Path(tempfile.mkdtemp()) / f"attn_{cfg.label()}.py"
     path.write_text(text)
     mod = tl.import_module_file(path, name=f"gpu_attn_{abs(hash(text))}")
-    kern = tl.compile_kernel(mod.build_attention(), target=tl.SM90A)
+    kern = tl.compile_kernel(mod.build_attention(), target=tl.SM90A,
+                             rewrites=cfg.for_spec(spec).cuda_rewrites())
     o = torch.full((spec.batch, spec.tq, spec.dv), float("nan"), dtype=q.dtype, device="cuda")
     splits = cfg.for_spec(spec).splits
     if splits > 1:  # split-KV: fp32 partials, then the combine kernel writes O
