@@ -515,7 +515,7 @@ def test_uniform_warpgroup_index_rewrites_only_the_wgmma_calls(tmp_path):
 
 
 def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):
-    """``defer_row_sum``: the schedule writes one marker before the normalisation (and one
+    """``defer_row_sum``: the schedule writes one marker, before the normalisation (or
     before a split's partial store), and the rewrite removes TileLang's all-reduce of the
     first tile's ``l`` and of every later ``rsum`` and puts that all-reduce of each of
     ``l``'s elements at the marker; every other line is TileLang's. Mismatches are refused."""

@@ -198,8 +198,8 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     ``"pipelined"`` fallbacks. Every ``"ws"`` configuration keeps its row sums per thread
     (``defer_row_sum``; the H200 on 2026-12-03, ping-pong tile, against the same without:
     reference attention 1.034 (IQR 1.007-1.047) in one call and 1.002 (0.992-1.030) in
-    another, LLaMA-3 causal GQA 1.009 and 1.015 (1.014-1.041)). (The options timed as ties on the H200, ``uniform_wg`` and
-    ``pdl``, are explicit only.)
+    another, LLaMA-3 causal GQA 1.009 and 1.015 (1.014-1.041)). (The options timed as ties
+    on the H200, ``uniform_wg`` and ``pdl``, are explicit only.)
     """
     cands: list[AttentionConfig] = []
     ws_shapes = [
