@@ -171,6 +171,19 @@ def test_split_kv_with_mask_and_empty_splits():
     check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:3])
 
 
+def test_turn_by_id():
+    """Ping-pong turns as one ``bar.sync``/``bar.arrive`` with a computed barrier id
+    (``turn_by_id``): two and three consumer warpgroups, causal GQA with ragged tiles and
+    the late rescale, against float64 (a wrong id deadlocks or races: the check fails)."""
+    def pick(space, m):
+        base = [c for c in space if c["k0.pingpong"]][:1]
+        return [dict(c, **{"k0.turn_by_id": True}, **extra) for c in base
+                for extra in ({}, {"k0.early_rescale": False},
+                              {"k0.block_m": 192, "k0.threads": 512})]
+
+    check_graph(_graph(lo=0), "float16", pick)
+
+
 def test_softcap():
     check_graph(_graph(lo=0, softcap=20.0), "float16", _top(2), scale_q=4.0)
 

@@ -64,7 +64,10 @@ def check_ws_cuda(cu: str, cfg: AttentionConfig, spec: AttentionSpec = REF) -> N
     # Intra-warpgroup overlap: wait for QK^T only while PV is still in flight (there is
     # no steady-state loop with a single key tile).
     assert ("tl::wait_wgmma<1>()" in cu) == (spec.tkv > cfg.block_n)
-    if cfg.pingpong and nwg >= 2:
+    if cfg.pingpong and nwg >= 2 and cfg.turn_by_id:
+        assert "__sync_thread_partial(((((int)threadIdx.x) >> 7) + 12), 256)" in cu
+        assert not re.search(r"__sync_thread_partial\(1[2-4], ", cu)
+    elif cfg.pingpong and nwg >= 2:
         assert "__named_barrier_arrive(12, 256)" in cu and "__sync_thread_partial(13, 256)" in cu
     else:
         assert "__named_barrier_arrive" not in cu
@@ -512,6 +515,33 @@ def test_uniform_warpgroup_index_rewrites_only_the_wgmma_calls(tmp_path):
     with pytest.raises(ValueError, match="whole warps"):
         uniform_warpgroup_index(cu.replace("__launch_bounds__(384, 1)",
                                            "__launch_bounds__(200, 1)"))
+
+
+@pytest.mark.parametrize("block_m", [128, 192])
+def test_turn_by_id_is_one_barrier_per_turn(tmp_path, block_m):
+    """``turn_by_id``: each ping-pong turn of the branchy build (one constant-id ``bar.sync``
+    per warpgroup) becomes one ``bar.sync`` with the id ``12 + warpgroup``, each hand-off
+    one ``bar.arrive`` on ``12 + (warpgroup + 1) % W``; the last warpgroup's final hand-off
+    stays skipped and the pre-arrival stays constant, so every arrive still meets a sync."""
+    nwg = block_m // 64
+    base = replace(WS_PP, block_m=block_m, threads=128 * (nwg + 1), defer_row_sum=True)
+    cfg = replace(base, turn_by_id=True)
+    assert cfg.label().endswith("_dsum_tid")
+    assert replace(cfg, block_m=64, threads=256, pingpong=False).turn_by_id is False
+    assert replace(cfg, pingpong=False).turn_by_id is False
+    _, plain = _lower(tmp_path, REF, base, f"tid_plain{block_m}")
+    text, cu = _lower(tmp_path, REF, cfg, f"tid{block_m}")
+    check_ws_cuda(cu, cfg)
+    assert "T.sync_threads(12 + tx // 128, 256)" in text
+    wg = "(((int)threadIdx.x) >> 7)"
+    syncs = cu.count(f"__sync_thread_partial(({wg} + 12), 256)")
+    plain_syncs = sum(plain.count(f"__sync_thread_partial({12 + w}, 256)") for w in range(nwg))
+    assert syncs * nwg == plain_syncs and syncs >= 2  # the prologue's turn and the loop's
+    nxt = f"((({wg} + 1) {'& 1' if nwg == 2 else '% 3'}) + 12)"
+    assert cu.count(f"__named_barrier_arrive({nxt}, 256)") == syncs - 1
+    assert cu.count("__named_barrier_arrive(12, 256)") == 1  # warpgroup W-1 lets 0 start
+    last = "13" if nwg == 2 else f"({wg} + 13)"  # TileLang folds wg = 0 under `tx < 128`
+    assert cu.count(f"__named_barrier_arrive({last}, 256)") == 1
 
 
 def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):

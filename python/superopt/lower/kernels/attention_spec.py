@@ -189,6 +189,12 @@ class AttentionConfig:
             instead of an all-reduce (two ``SHFL`` levels a row) after every key tile
             (:func:`superopt.lower.cuda_rewrite.deferred_row_sum`). The same sum in
             another order, not bit for bit.
+        turn_by_id: with ``pingpong`` only (normalised to False otherwise): each
+            ping-pong turn is one ``bar.sync`` / ``bar.arrive`` whose named-barrier id is
+            computed from the warpgroup index (``12 + tx // 128``), as FA4's SM90 loop
+            does, instead of a branch per warpgroup around a constant id (TileLang's
+            ``if tx < 128: bar.sync 12 else: bar.sync 13``, which nvcc follows with a
+            ``WARPSYNC`` to reconverge). The same synchronisation.
     """
 
     block_m: int
@@ -205,6 +211,7 @@ class AttentionConfig:
     uniform_wg: bool = False
     pdl: bool = False
     defer_row_sum: bool = False
+    turn_by_id: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -246,6 +253,8 @@ class AttentionConfig:
         # rescale placement is a "ws" option.
         if self.schedule != "ws" or self.consumer_warpgroups < 2:
             object.__setattr__(self, "pingpong", False)
+        if not self.pingpong:
+            object.__setattr__(self, "turn_by_id", False)
         if self.consumer_warpgroups < 2:
             object.__setattr__(self, "uniform_wg", False)
         if self.schedule != "ws":
@@ -269,6 +278,7 @@ class AttentionConfig:
         tag += "_uwg" if self.uniform_wg else ""
         tag += "_pdl" if self.pdl else ""
         tag += "_dsum" if self.defer_row_sum else ""
+        tag += "_tid" if self.turn_by_id else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def cuda_rewrites(self) -> tuple[str, ...]:

@@ -127,6 +127,10 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     def pp_sync() -> None:
         if not pp:
             return
+        if cfg.turn_by_id:
+            # one bar.sync for every consumer warpgroup, its own id computed
+            e(f"T.sync_threads({PINGPONG_BARRIER_BASE} + tx // 128, 256)")
+            return
         for w in range(nwg):
             cond = "if" if w == 0 else "elif"
             if w == nwg - 1:
@@ -141,6 +145,15 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
         # the final warpgroup's hand-off (to warpgroup 0, which is done) is skipped so that
         # every bar.arrive is matched by a bar.sync.
         if not pp:
+            return
+        if cfg.turn_by_id:
+            if last:
+                e(f"if tx < {128 * (nwg - 1)}:")
+                with e.indent():
+                    e(f"T.named_barrier_arrive({PINGPONG_BARRIER_BASE + 1} + tx // 128, 256)")
+            else:
+                e(f"T.named_barrier_arrive({PINGPONG_BARRIER_BASE} + (tx // 128 + 1) % {nwg}, "
+                  "256)")
             return
         for w in range(nwg):
             if last and w == nwg - 1:
