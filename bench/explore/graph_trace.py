@@ -70,16 +70,55 @@ def summarise(evs: list[dict]) -> dict:
             "overlaps": sum(1 for g in gaps_in if g < 0), "launches": len(evs)}
 
 
+def build_subjects(g, top1: list[Path], variants: list[str], peers: str) -> tuple[dict, int]:
+    """The subjects as the worker's ``Compare`` builds them: name → ``(fn, rotation sets)``,
+    and the number of rotation sets. Modules write their set's own output; peers keep
+    their last ``n`` outputs alive (:func:`superopt.run.peers.fresh_outputs`)."""
+    import torch
+
+    from superopt.ir.semantics import random_inputs
+    from superopt.lower.tl import import_module_file
+    from superopt.run.peers import fresh_outputs, make_peer
+    from superopt.run.records import TimingConfig
+    from superopt.run.timing import rotation_count, tensor_bytes
+
+    dev = torch.device("cuda")
+    dt = torch.float16
+    cfg = TimingConfig()
+    first = random_inputs(g, 7, dtype=dt, device=dev)
+    shapes = g.output_shapes
+    out_bytes = sum(math.prod(s) for s in shapes) * 2
+    n = rotation_count(tensor_bytes(first) + out_bytes, device=dev, factor=cfg.rotate_factor)
+    ins = [first] + [random_inputs(g, 7 + i, dtype=dt, device=dev) for i in range(1, n)]
+    outs = [[torch.empty(s, dtype=dt, device=dev) for s in shapes] for _ in range(n)]
+    subjects: dict[str, tuple] = {}
+    modules = [(str(p), p) for p in top1]
+    if variants:
+        from time_configs import lower_variants
+
+        d = Path(tempfile.mkdtemp(prefix="graph_trace_"))
+        for v, (_, _, _, mod) in zip(variants, lower_variants(g, variants, "float16", d)):
+            modules.append((v, Path(mod.path)))
+    for label, path in modules:
+        mod = import_module_file(str(path))
+        order = [name for name, _ in mod.INPUTS]
+        launch = mod.load(str(dev))
+        subjects[f"ours {label}"] = (launch, [(*o, *[i[k] for k in order])
+                                              for i, o in zip(ins, outs)])
+    for name in filter(None, (p.strip() for p in peers.split(","))):
+        fn = make_peer(g, name)
+        fn(*[first[k] for k, _ in g.inputs])  # compiles a JIT peer outside everything
+        subjects[name] = (fresh_outputs(fn, n), [tuple(i[k] for k, _ in g.inputs) for i in ins])
+    return subjects, n
+
+
 def main() -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from superopt.graphs import load_graph
-    from superopt.ir.semantics import random_inputs
-    from superopt.lower.tl import import_module_file
-    from superopt.run.peers import fresh_outputs, make_peer
     from superopt.run.records import TimingConfig
-    from superopt.run.timing import measure, rotation_count, tensor_bytes, time_graph
+    from superopt.run.timing import measure, time_graph
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("spec")
@@ -93,34 +132,8 @@ def main() -> int:
 
     g = load_graph(a.spec)
     dev = torch.device("cuda")
-    dt = torch.float16
     cfg = TimingConfig()
-    first = random_inputs(g, 7, dtype=dt, device=dev)
-    shapes = g.output_shapes
-    out_bytes = sum(math.prod(s) for s in shapes) * 2
-    n = rotation_count(tensor_bytes(first) + out_bytes, device=dev, factor=cfg.rotate_factor)
-    ins = [first] + [random_inputs(g, 7 + i, dtype=dt, device=dev) for i in range(1, n)]
-    outs = [[torch.empty(s, dtype=dt, device=dev) for s in shapes] for _ in range(n)]
-
-    subjects: dict[str, tuple] = {}
-    modules = [(str(p), p) for p in a.top1]
-    if a.variant:
-        from time_configs import lower_variants
-
-        d = Path(tempfile.mkdtemp(prefix="graph_trace_"))
-        for v, (_, _, _, mod) in zip(a.variant, lower_variants(g, a.variant, "float16", d)):
-            modules.append((v, Path(mod.path)))
-    for label, path in modules:
-        mod = import_module_file(str(path))
-        order = [name for name, _ in mod.INPUTS]
-        launch = mod.load(str(dev))
-        subjects[f"ours {label}"] = (launch, [(*o, *[i[k] for k in order])
-                                              for i, o in zip(ins, outs)])
-    for name in filter(None, (p.strip() for p in a.peers.split(","))):
-        fn = make_peer(g, name)
-        fn(*[first[k] for k, _ in g.inputs])  # compiles a JIT peer outside everything
-        subjects[name] = (fresh_outputs(fn, n), [tuple(i[k] for k, _ in g.inputs) for i in ins])
-
+    subjects, n = build_subjects(g, a.top1, a.variant, a.peers)
     order = list(subjects)
     random.Random(a.seed).shuffle(order)
     result = {"spec": a.spec, "rotation_sets": n, "order": order, "subjects": {}}

@@ -223,7 +223,7 @@ def time_call(fn: Callable[..., Any], *, warmup: int = 10, reps: int = 100,
 def time_graph(fn: Callable[..., Any], *, rotate: Sequence[tuple] | None = None,
                calls_per_replay: int | None = None, replays: int = 20, warmup: int = 3,
                target_replay_us: float = 2000.0, max_calls_per_replay: int = 1000,
-               device: Any = None) -> float:
+               preheat_ms: float = 0.0, device: Any = None) -> float:
     """Median µs per call of ``fn`` captured many times in one CUDA graph and replayed.
 
     On CUDA: warm up on a side stream (``warmup`` calls and at least one per rotation set,
@@ -244,6 +244,10 @@ def time_graph(fn: Callable[..., Any], *, rotate: Sequence[tuple] | None = None,
             rounded up to a multiple of ``len(rotate)``.
         replays: timed replays (≥ 1).
         warmup: untimed calls before capture.
+        preheat_ms: after the upload replay, replay untimed until this much host time has
+            passed (a synchronise every replay), so that the timed replays start from the
+            subject's own steady clock and power state rather than from whatever ran
+            before it; 0: none (CUDA only).
         device: as in :func:`time_call`.
 
     Returns:
@@ -289,6 +293,10 @@ def time_graph(fn: Callable[..., Any], *, rotate: Sequence[tuple] | None = None,
                     fn(*sets[i % n])
             graph.replay()
             torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            while (time.perf_counter() - t0) * 1e3 < preheat_ms:
+                graph.replay()
+                torch.cuda.synchronize()
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
             for r in range(replays):
