@@ -232,6 +232,27 @@ def test_time_call_and_graph_cpu_fallback():
         time_call(fn, reps=0, rotate=sets)
 
 
+def test_measure_preheats_the_timed_replays(monkeypatch):
+    """On a CUDA device :func:`measure` hands ``TimingConfig.preheat_ms`` to the graph
+    timing (the GPU's clock falls under load: a subject is timed at its own steady clock,
+    not at whatever the one before it left); the default is the 300 ms measured."""
+    from superopt.run import timing
+
+    seen = {}
+    monkeypatch.setattr(timing, "estimate_us", lambda *a, **k: 50.0)
+    monkeypatch.setattr(timing, "time_call", lambda *a, **k: 50.0)
+
+    def graph(fn, **kw):
+        seen.update(kw)
+        return 45.0
+    monkeypatch.setattr(timing, "time_graph", graph)
+    assert TimingConfig().preheat_ms == 300.0
+    t = measure(lambda: None, config=TimingConfig(preheat_ms=123.0), device="cuda")
+    assert (t.call_us, t.graph_us) == (50.0, 45.0) and seen["preheat_ms"] == 123.0
+    measure(lambda: None, device="cuda")
+    assert seen["preheat_ms"] == 300.0
+
+
 def test_time_call_without_args():
     t = time_call(lambda: sum(range(100)), warmup=1, reps=5, device="cpu")
     assert t > 0

@@ -184,6 +184,14 @@ class TimingConfig:
         mem_cap_bytes: cap on the memory of all rotation sets; ``None``: the smaller of 4 GiB
             and a fifth of free device memory.
         max_sets: cap on the number of rotation sets.
+        preheat_ms: before its timed replays, each subject replays its graph untimed for
+            this long (:func:`superopt.run.timing.time_graph`), so that every subject is
+            timed at its own steady clock. Measured on the H200 (2026-12-03,
+            ``bench/explore/clock_bias.py``, matmul): the SM clock falls from 1980 MHz to
+            about 1530 within some 300 ms of GEMM load, and the same ``nvjet`` kernel ran
+            45.8 µs after 0.5 s idle, 53.3–53.7 µs after 300 ms of its own replays, and
+            anywhere between in the harness without a preheat, as a function of what ran
+            before it and how hard it had kept the GPU busy.
     """
 
     warmup: int = 10
@@ -199,6 +207,7 @@ class TimingConfig:
     l2_bytes: int | None = None
     mem_cap_bytes: int | None = None
     max_sets: int = 64
+    preheat_ms: float = 300.0
 
 
 @dataclass(frozen=True)

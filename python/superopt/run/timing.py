@@ -10,6 +10,11 @@ Two numbers per kernel, never one for the other (ARCHITECTURE.md, "Where time go
 * ``graph_us`` (:func:`time_graph`): median µs per call when many calls are captured in one
   ``torch.cuda.CUDAGraph`` and replayed: launch overhead amortised, the GPU's own time.
 
+The replays are preceded by ``TimingConfig.preheat_ms`` of untimed replays: under GEMM
+load the H200's SM clock falls from 1980 MHz to about 1530 within a few hundred ms, so
+without it a subject's time depended on what ran before it (matmul's one ``nvjet`` kernel
+45.8–53.7 µs; ``bench/explore/clock_bias.py``).
+
 Both rotate among several input sets (:func:`rotation_count`) so that, together, the sets
 exceed about twice the L2 (60 MB on the H200): repeated calls on one small buffer would time
 the cache, not memory. Both warm up first (module load, TileLang/cuBLAS handles, allocator).
@@ -341,7 +346,8 @@ def measure(fn: Callable[..., Any], *, rotate: Sequence[tuple] | None = None,
                     max(1, math.ceil(cfg.target_replay_us / max(min(call_us, est), 1e-3)))))
     try:
         graph_us = time_graph(fn, rotate=sets, calls_per_replay=calls, replays=cfg.replays,
-                              warmup=min(cfg.warmup, 3), device=dev)
+                              warmup=min(cfg.warmup, 3), preheat_ms=cfg.preheat_ms,
+                              device=dev)
     except Exception as e:  # noqa: BLE001 - recorded, the caller checks device health
         return Timing(call_us, None, short_error(e))
     return Timing(call_us, graph_us)
