@@ -381,6 +381,28 @@ def test_ring_alias_and_persistent_ws(iso, tmp_path, spec, cfg):
     check_gemm(iso, tmp_path, spec, cfg, ep, seed=3)
 
 
+@pytest.mark.parametrize("spec,cfg", [
+    (GemmSpec(1, 1000, 2000, 1000, "kn", row_inputs=("r",), epilogue="{acc} * {r}",
+              name="lean_cluster"),
+     GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2, lean_producer=True)),
+    (GemmSpec(2, 700, 1000, 256, "nk", b_batch=1, out_dtype="float32", name="lean_pws"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", persistent=True, lean_producer=True)),
+    (GemmSpec(1, 1024, 1024, 512, "kn", name="lean_coop"),
+     GemmConfig(256, 128, 64, 4, 256, schedule="ws", cluster_m=2, c_alias=True,
+                lean_producer=True)),
+], ids=["cluster", "persistent", "coop"])
+def test_lean_producer_ws(iso, tmp_path, spec, cfg):
+    """One producer warp loading (``lean_producer``; full barriers of 32): a cluster
+    multicasting B, a persistent ring across tiles, C in the ring."""
+    rng = np.random.default_rng(5)
+    x = _inputs(spec, rng)
+    if spec.row_inputs:
+        ep = lambda acc, **_: acc * x["r"][:, :, None]  # noqa: E731
+    else:
+        ep = lambda acc, **_: acc  # noqa: E731
+    check_gemm(iso, tmp_path, spec, cfg, ep, seed=5)
+
+
 def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):
     """The cluster's multicast with the ring running across tiles: 20 launches of one
     kernel on the same inputs give bit-identical outputs (a slot overwritten while a peer

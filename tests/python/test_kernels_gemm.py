@@ -298,7 +298,34 @@ def test_ws_schedule_lowers_at_edges(tmp_path, spec, cfg):
         assert f"{r}[" in cuda
 
 
+@pytest.mark.parametrize("spec,cfg", [
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2)),
+    (MATMUL, GemmConfig(256, 128, 64, 4, 256, schedule="ws", cluster_m=2, c_alias=True)),
+    (GemmSpec(2, 700, 1000, 256, "nk", b_batch=1, name="lean_pws"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", persistent=True)),
+], ids=["cluster", "coop", "persistent"])
+def test_lean_producer_loads_from_one_warp(tmp_path, spec, cfg):
+    """``lean_producer``: the producer's loop runs in its first warp only, elects among 32
+    lanes and arrives 32 times on full barriers of 32; the consumers' side is the same
+    text as without it (same pipeline checks, same CUDA after the producer branch)."""
+    lean = replace(cfg, lean_producer=True)
+    plain_cuda, _ = lower(tmp_path, gemm_source(spec, cfg), spec.name)
+    cuda, launch = lower(tmp_path, gemm_source(spec, lean), spec.name)
+    assert launch["block"] == (cfg.threads + 128, 1, 1)
+    assert_ws_pipeline(cuda, spec, lean)
+    assert len(re.findall(r"full\[\d+\]\.init\(32\);", cuda)) == cfg.stages
+    assert len(re.findall(r"full\[\d+\]\.init\(128\);", plain_cuda)) == cfg.stages
+    assert f"if (((int)threadIdx.x) < {cfg.threads + 32}) {{" in cuda
+    assert "tl_shuffle_elect<32>()" in cuda and "tl_shuffle_elect<128>()" not in cuda
+    assert "tl_shuffle_elect<128>()" in plain_cuda
+    consumers = lambda c: c[c.index("tl::warpgroup_reg_alloc<"):]  # noqa: E731
+    assert consumers(cuda) == consumers(plain_cuda)
+
+
 @pytest.mark.parametrize("spec,cfg,match", [
+    (MATMUL, GemmConfig(128, 256, 64, 3, 256, lean_producer=True), "lean_producer"),
+    (RMSNORM, GemmConfig(128, 256, 64, 3, 256, schedule="ws", lean_producer=True),
+     "sum of A's squares"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, cluster_m=2), "needs schedule 'ws'"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=4), "cluster_m"),
     (MATMUL, GemmConfig(128, 256, 64, 3, 256, schedule="tma"), "schedule"),

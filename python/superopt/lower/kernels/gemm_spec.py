@@ -213,6 +213,13 @@ class GemmConfig:
             Timed on the H200 (2026-12-03, matmul): a tie, so not in the search's space.
             A cluster kernel (``cluster_m`` 2) always waits: TileLang's runtime launches
             clusters with programmatic serialisation allowed.
+        lean_producer: ``"ws"`` schedule only, without the producer's sum of squares
+            (refused otherwise): one producer warp runs the TMA loop (the full barriers
+            expect 32 arrivals) and the other three go straight to the kernel's end, as
+            cuBLAS's ``nvjet`` kernels retire three of their four producer warps (9.07
+            active warps per SM of 12 under Nsight Compute, 2026-12-03); False: all four
+            wait on every empty barrier and meet at a producer-wide named barrier before
+            each elected TMA issue.
     """
 
     block_m: int
@@ -232,6 +239,7 @@ class GemmConfig:
     block_h: int = 0
     uniform_wg: bool = False
     pdl: bool = False
+    lean_producer: bool = False
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
@@ -243,7 +251,7 @@ _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, 
                  "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
                  "col_tiles": int, "block_h": int, "uniform_wg": bool,
-                 "pdl": bool}
+                 "pdl": bool, "lean_producer": bool}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
@@ -359,6 +367,9 @@ def check_config_fields(cfg: GemmConfig) -> None:
     if cfg.pdl and cfg.schedule != "ws":
         raise LoweringError(f"pdl (programmatic dependent launch) is written by the \"ws\" "
                             f"schedule; schedule {cfg.schedule!r} has none")
+    if cfg.lean_producer and cfg.schedule != "ws":
+        raise LoweringError(f"lean_producer is the \"ws\" schedule's one-warp producer; "
+                            f"schedule {cfg.schedule!r} has TileLang's own")
 
 
 def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
@@ -412,6 +423,9 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             # the producer warpgroup sums the squares: one thread per row of one tile
             raise LoweringError("schedule 'ws' sums A's squares in its producer warpgroup, "
                                 "one thread per row: needs block_m 128 and no persistent loop")
+        if spec.a_row_sumsq and cfg.lean_producer:
+            raise LoweringError("lean_producer keeps one producer warp; the sum of A's "
+                                "squares needs the whole producer warpgroup (one thread a row)")
         if not all(gemm_tma_operands(spec)):
             raise LoweringError("schedule 'ws' needs TMA-loadable operands (16-byte row pitch)")
         if cfg.store != "tma" or cfg.policy != "full_row" or cfg.swizzle_panel:

@@ -110,6 +110,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     ``s = i mod stages``, phase ``(i / stages) mod 2``::
 
         producer:  for i < n: wait empty[s] (phase ^ 1); TMA A_i -> A_s[s];
+                   (``lean_producer``: its first warp only; the full barriers expect 32)
                               TMA B_i -> B_s[s] (multicast to the cluster's CTAs);
                               arrive full[s]
         consumer:  wait full[0]; issue acc += A_0 B_0
@@ -174,7 +175,8 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f'ss_p = T.alloc_local(({SUMSQ_VECTOR},), "float32")')
         e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR},), "{s.dtype}")')
         e("ss_ready = T.alloc_barrier([128])")
-    e(f"full = T.alloc_barrier([128] * {st})")
+    # the lean producer: one warp loads, so the full barriers expect 32 arrivals
+    e(f"full = T.alloc_barrier([{32 if c.lean_producer else 128}] * {st})")
     if cm > 1:
         e(f"empty = T.alloc_cluster_barrier([{wgs * cm}] * {st})")
     else:
@@ -234,6 +236,10 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     e(f"if tx >= {ncons}:")
     with e.indent():
         e(f"T.set_max_nreg({producer_regs(s)}, 0)")
+        if c.lean_producer:
+            # warps 1-3 of the producer go to the kernel's end (the cluster barrier)
+            e(f"if tx < {ncons + 32}:")
+            e.indent()
         if c.persistent:
             tile_loop("g0")
         g = "g0 + i" if c.persistent else "i"
@@ -264,6 +270,8 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             e("T.mbarrier_arrive(ss_ready)")
         if c.persistent:
             e.dedent()
+            e.dedent()
+        if c.lean_producer:
             e.dedent()
     # --- consumers
     e("else:")
