@@ -11,11 +11,20 @@ first, then CUDA-graph replays; a subject whose host issue is slower than its ke
 its replays start cooler and at a higher clock than those of a subject that kept the GPU
 saturated, which the power limit has already pulled down.
 
-Each round runs every subject (random order) three ways: as the harness does
-(``measure``), after 0.5 s idle (``time_graph`` alone), and with 300 ms of its own untimed
-replays first (``time_graph(preheat_ms=300)``), while ``nvidia-smi -lms 10`` samples the SM
-clock and the power; per measurement the median clock and power over its interval are
-recorded. Printed last: per subject and way, the median µs and median MHz.
+Each round runs every subject (random order of subjects, and of the three ways for each)
+three ways: as the harness did before 2026-12-03 (``measure`` with ``preheat_ms=0``), after
+0.5 s idle (``time_graph`` alone), and with 300 ms of its own untimed replays first
+(``time_graph(preheat_ms=300)``), the last two with as many calls a replay as ``measure``
+captures; ``nvidia-smi -lms 10`` samples the SM clock and the power into a file, and per
+measurement the median clock and power over the second half of its interval are recorded
+(a measurement of 15–120 ms holds 0–6 samples: read them as a coarse sign, the times as
+the result), with every sample in the JSON. Printed last: per subject and way, the median
+µs and median MHz.
+
+The record of 2026-12-03 (``bench/results/2026-12-03e-session/clock_bias_matmul.json``) was
+made by the first version of this script: ways in a fixed order (harness, idle,
+preheated), the idle and preheated replays about 15 calls long (``measure``'s about 40),
+and the samples counted but not kept.
 """
 
 from __future__ import annotations
@@ -23,10 +32,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,41 +81,58 @@ def main() -> int:
 
     g = load_graph(a.spec)
     dev = torch.device("cuda")
-    cfg = TimingConfig()
+    cfg = TimingConfig(preheat_ms=0.0)  # the harness as it was before the preheat
     subjects, n = build_subjects(g, a.top1, a.variant, a.peers)
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw",
-                            "--format=csv,noheader,nounits", "-lms", "10"],
-                           stdout=subprocess.PIPE, text=True)
+    index = str(dev.index if dev.index is not None else torch.cuda.current_device())
+    log = Path(tempfile.mkdtemp(prefix="clock_bias_")) / "smi.csv"
+    smi = subprocess.Popen(["nvidia-smi", "-i", index,
+                            "--query-gpu=timestamp,clocks.sm,power.draw",
+                            "--format=csv,noheader,nounits", "-lms", "10", "-f", str(log)])
     rng = random.Random(a.seed)
+    calls = {}
     runs = []
     for r in range(a.rounds):
         order = list(subjects)
         rng.shuffle(order)
         for name in order:
             fn, sets = subjects[name]
-            for way in ("harness", "idle", "preheated"):
+            ways = ["harness", "idle", "preheated"]
+            rng.shuffle(ways)
+            for way in ways:
                 if way == "idle":
                     torch.cuda.synchronize()
                     time.sleep(0.5)
                 t0 = time.time()
+                if way == "harness" or name not in calls:
+                    t = measure(fn, rotate=sets, config=cfg, device=dev)
+                    # measure's own calls a replay, for the other two ways
+                    calls[name] = int(min(cfg.max_calls_per_replay, max(
+                        1, math.ceil(cfg.target_replay_us / max(t.call_us, 1e-3)))))
                 if way == "harness":
-                    us = measure(fn, rotate=sets, config=cfg, device=dev).graph_us
+                    us = t.graph_us
                 else:
-                    us = time_graph(fn, rotate=sets, replays=cfg.replays, warmup=1, device=dev,
+                    if way == "idle" and time.time() - t0 > 0.01:  # sized just now: idle again
+                        torch.cuda.synchronize()
+                        time.sleep(0.5)
+                        t0 = time.time()
+                    us = time_graph(fn, rotate=sets, calls_per_replay=calls[name],
+                                    replays=cfg.replays, warmup=1, device=dev,
                                     preheat_ms=300.0 if way == "preheated" else 0.0)
                 torch.cuda.synchronize()
                 runs.append({"round": r, "subject": name, "way": way, "us": us,
                              "t0": t0, "t1": time.time()})
     time.sleep(0.1)
     smi.terminate()
-    samples = _samples(smi.communicate(timeout=10)[0])
+    smi.wait(timeout=10)
+    samples = _samples(log.read_text())
     for run in runs:
         # the timed replays are the last part of each interval: its second half
         mid = (run["t0"] + run["t1"]) / 2
         inside = [(c, w) for t, c, w in samples if mid <= t <= run["t1"]]
         run["mhz"] = statistics.median(c for c, _ in inside) if inside else None
         run["watts"] = statistics.median(w for _, w in inside) if inside else None
-    result = {"spec": a.spec, "rotation_sets": n, "runs": runs, "samples": len(samples)}
+    result = {"spec": a.spec, "rotation_sets": n, "runs": runs,
+              "samples": [list(x) for x in samples]}
     print(f"{'subject':<44} {'way':<10} {'median µs':>9} {'min':>6} {'max':>6} {'MHz':>6} {'W':>5}")
     for name in subjects:
         for way in ("harness", "idle", "preheated"):

@@ -123,6 +123,9 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     #: Set when the record was answered from the tuning-result cache: ``{"key", "stored"}``.
     cache: dict | None = None
+    #: How the run timed (:class:`~superopt.run.records.TimingConfig` as a dict; timed
+    #: runs only): the preheat, replays and rotation that its times depend on.
+    timing: dict | None = None
 
     @property
     def flops(self) -> int:
@@ -186,6 +189,8 @@ class RunRecord:
             out["comparison"] = self.comparison.to_dict()
         if self.cache is not None:
             out["cache"] = dict(self.cache)
+        if self.timing is not None:
+            out["timing"] = dict(self.timing)
         if self.mode == "dry-run" and self.estimated_top1 is not None:
             out["estimated_top1"] = self.estimated_top1.id
         top = self.top1
@@ -236,7 +241,8 @@ class RunRecord:
                                {f.name: getattr(self.comparison, f.name)
                                 for f in fields(Comparison)}),
                 "ceilings": self.ceilings.to_dict() if self.ceilings is not None else None,
-                "search_cost": self.search_cost, "notes": self.notes}
+                "search_cost": self.search_cost, "notes": self.notes,
+                "timing": self.timing}
 
     @classmethod
     def from_cache(cls, doc: dict, graph: Graph) -> "RunRecord":
@@ -267,4 +273,5 @@ class RunRecord:
                    doc["derivations"], doc["lowerable"], recs,
                    [_typed(PeerResult, p) for p in doc["peers"]],
                    _typed(Comparison, doc["comparison"]), _typed(Ceilings, doc["ceilings"]),
-                   dict(doc["search_cost"]), list(doc["notes"]))
+                   dict(doc["search_cost"]), list(doc["notes"]),
+                   timing=doc.get("timing"))

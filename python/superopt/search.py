@@ -30,7 +30,7 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -470,6 +470,7 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
                        len(plans.matched), recs, peer_results, comparison, ceilings,
                        search_cost(stats, t_plan), notes)
     record.notes += plans.notes()
+    record.timing = asdict(timing or TimingConfig())
     top = record.top1
     if top is not None and top.result.done_s is not None:
         record.search_cost["time_to_top1_s"] = round(t_plan + top.result.done_s, 2)

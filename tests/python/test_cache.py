@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ from superopt import cache as cache_mod
 from superopt.cache import ResultCache, graph_digest, run_key
 from superopt.record import CandidateRecord, RunRecord
 from superopt.run import environment
-from superopt.run.records import CandidateResult, Ceilings, Comparison, PeerResult
+from superopt.run.records import (CandidateResult, Ceilings, Comparison, PeerResult,
+                                   TimingConfig)
 from superopt.search import plan_candidates
 from superopt.version import __version__
 from superopt.workloads import WORKLOADS
@@ -62,7 +64,8 @@ def timed_record(kernels: Path, sizes: dict = SMALL) -> RunRecord:
     comp.rank()
     return RunRecord(g, "float16", "timed", "superopt run matmul", {"gpu": GPU["name"],
                      "superopt": __version__}, 1, 1, recs, peers, comp, Ceilings(700.0, 4.0),
-                     {"plan_s": 0.1, "compile_wall_s": 2.0}, ["a note"])
+                     {"plan_s": 0.1, "compile_wall_s": 2.0}, ["a note"],
+                     timing=asdict(TimingConfig()))
 
 
 def _without(doc: dict, *keys: str) -> dict:
@@ -126,6 +129,7 @@ def test_a_stored_record_loads_back_typed_and_equal(tmp_path):
     assert back.candidates[0].planned.derived.plan.canonical() == \
         rec.candidates[0].planned.derived.plan.canonical()
     assert back.floor_us == pytest.approx(rec.floor_us)
+    assert back.timing == rec.timing and back.to_json()["timing"]["preheat_ms"] == 300.0
     assert list(store.dir.iterdir()) == [path]  # no temporary file left
 
 

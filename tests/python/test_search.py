@@ -335,6 +335,7 @@ def test_every_engine_gets_the_stored_set_and_drives_the_phases(tmp_path, caplog
     assert any(n.startswith("final comparison failed") for n in record.notes)
     assert any(n.startswith("ceilings not measured") for n in record.notes)
     assert record.top1 is not None and record.candidates[0].result.timed_on == "fake 0"
+    assert record.to_json()["timing"]["preheat_ms"] == 300.0  # how it was timed, recorded
 
 
 def test_peers_are_timed_on_their_own_when_no_candidate_is_correct(tmp_path):

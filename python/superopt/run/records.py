@@ -187,11 +187,10 @@ class TimingConfig:
         preheat_ms: before its timed replays, each subject replays its graph untimed for
             this long (:func:`superopt.run.timing.time_graph`), so that every subject is
             timed at its own steady clock. Measured on the H200 (2026-12-03,
-            ``bench/explore/clock_bias.py``, matmul): the SM clock falls from 1980 MHz to
-            about 1530 within some 300 ms of GEMM load, and the same ``nvjet`` kernel ran
-            45.8 µs after 0.5 s idle, 53.3–53.7 µs after 300 ms of its own replays, and
-            anywhere between in the harness without a preheat, as a function of what ran
-            before it and how hard it had kept the GPU busy.
+            ``bench/explore/clock_bias.py``, matmul): the same ``nvjet`` kernel ran
+            45.8–46.0 µs after 0.5 s idle (SM clock sampled at 1980 MHz) and 53.3–53.8 µs
+            after 300 ms of its own replays (about 1530 MHz), and 45.9–51.3 µs in the
+            harness without a preheat, as a function of what ran before it.
     """
 
     warmup: int = 10

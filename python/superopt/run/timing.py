@@ -10,10 +10,10 @@ Two numbers per kernel, never one for the other (ARCHITECTURE.md, "Where time go
 * ``graph_us`` (:func:`time_graph`): median µs per call when many calls are captured in one
   ``torch.cuda.CUDAGraph`` and replayed: launch overhead amortised, the GPU's own time.
 
-The replays are preceded by ``TimingConfig.preheat_ms`` of untimed replays: under GEMM
-load the H200's SM clock falls from 1980 MHz to about 1530 within a few hundred ms, so
-without it a subject's time depended on what ran before it (matmul's one ``nvjet`` kernel
-45.8–53.7 µs; ``bench/explore/clock_bias.py``).
+The replays are preceded by ``TimingConfig.preheat_ms`` of untimed replays: the H200's SM
+clock, sampled at 1980 MHz when idle, ran at about 1530 MHz after 300 ms of GEMM load, and
+without a preheat a subject's time depended on what ran before it (matmul's one ``nvjet``
+kernel: 45.8–53.8 µs; ``bench/explore/clock_bias.py``).
 
 Both rotate among several input sets (:func:`rotation_count`) so that, together, the sets
 exceed about twice the L2 (60 MB on the H200): repeated calls on one small buffer would time
@@ -298,10 +298,7 @@ def time_graph(fn: Callable[..., Any], *, rotate: Sequence[tuple] | None = None,
                     fn(*sets[i % n])
             graph.replay()
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            while (time.perf_counter() - t0) * 1e3 < preheat_ms:
-                graph.replay()
-                torch.cuda.synchronize()
+            _preheat(graph.replay, preheat_ms)
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
             for r in range(replays):
@@ -386,15 +383,26 @@ def short_error(e: BaseException, limit: int = 600) -> str:
 # ceilings and the floor
 
 
+def _preheat(fn: Callable[[], Any], ms: float) -> None:
+    """Call ``fn`` (CUDA work) with a synchronise after each until ``ms`` have passed."""
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        fn()
+        torch.cuda.synchronize()
+
+
 def measure_ceilings(device: Any = "cuda", *, matmul_n: int | None = None,
-                     copy_bytes: int | None = None, reps: int = 30) -> Ceilings:
+                     copy_bytes: int | None = None, reps: int = 30,
+                     preheat_ms: float = TimingConfig.preheat_ms) -> Ceilings:
     """Measure the fp16 matmul peak and the copy bandwidth on ``device``.
 
     On CUDA: ``torch.mm`` of two random fp16 ``n×n`` matrices into a preallocated output
     (default ``n = 8192``), median of ``reps`` event-timed calls after warm-up:
     ``tflops = 2 n³ / t``; and ``dst.copy_(src)`` of a random ``copy_bytes`` buffer
-    (default 1 GiB): ``tb_per_s = 2 · copy_bytes / t`` (read + write). On CPU (tests):
-    float32, ``n = 256`` and 16 MiB by default, host clock.
+    (default 1 GiB): ``tb_per_s = 2 · copy_bytes / t`` (read + write). Each is first run
+    untimed for ``preheat_ms`` (CUDA only), so the ceilings are the steady clock's, as the
+    subjects' times are (:attr:`TimingConfig.preheat_ms`). On CPU (tests): float32,
+    ``n = 256`` and 16 MiB by default, host clock.
 
     Returns:
         :class:`Ceilings`.
@@ -412,12 +420,16 @@ def measure_ceilings(device: Any = "cuda", *, matmul_n: int | None = None,
     a = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
     b = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
     c = torch.empty(n, n, device=dev, dtype=dtype)
+    if cuda:
+        _preheat(lambda: torch.mm(a, b, out=c), preheat_ms)
     mm_us = time_call(lambda: torch.mm(a, b, out=c), warmup=5 if cuda else 2, reps=reps,
                       device=dev)
     del a, b, c
     elems = nbytes // 2
     src = torch.randn(elems, device=dev, dtype=torch.float32, generator=gen).to(torch.float16)
     dst = torch.empty_like(src)
+    if cuda:
+        _preheat(lambda: dst.copy_(src), preheat_ms)
     copy_us = time_call(lambda: dst.copy_(src), warmup=5 if cuda else 2, reps=reps, device=dev)
     moved = 2 * elems * 2
     del src, dst

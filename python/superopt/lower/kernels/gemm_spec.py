@@ -218,8 +218,8 @@ class GemmConfig:
             expect 32 arrivals) and the other three go straight to the kernel's end, as
             cuBLAS's ``nvjet`` kernels retire three of their four producer warps (9.07
             active warps per SM of 12 under Nsight Compute, 2026-12-03); False: all four
-            wait on every empty barrier and meet at a producer-wide named barrier before
-            each elected TMA issue.
+            wait on every empty barrier and arrive on every full one, one thread of the
+            128 elected to issue the loads.
     """
 
     block_m: int
