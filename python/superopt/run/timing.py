@@ -383,12 +383,13 @@ def short_error(e: BaseException, limit: int = 600) -> str:
 # ceilings and the floor
 
 
-def _preheat(fn: Callable[[], Any], ms: float) -> None:
-    """Call ``fn`` (CUDA work) with a synchronise after each until ``ms`` have passed."""
+def _preheat(fn: Callable[[], Any], ms: float, device: Any = None) -> None:
+    """Call ``fn`` (CUDA work on ``device``) with a synchronise of that device after each,
+    until ``ms`` have passed."""
     t0 = time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < ms:
         fn()
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def measure_ceilings(device: Any = "cuda", *, matmul_n: int | None = None,
@@ -421,7 +422,7 @@ def measure_ceilings(device: Any = "cuda", *, matmul_n: int | None = None,
     b = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
     c = torch.empty(n, n, device=dev, dtype=dtype)
     if cuda:
-        _preheat(lambda: torch.mm(a, b, out=c), preheat_ms)
+        _preheat(lambda: torch.mm(a, b, out=c), preheat_ms, dev)
     mm_us = time_call(lambda: torch.mm(a, b, out=c), warmup=5 if cuda else 2, reps=reps,
                       device=dev)
     del a, b, c
@@ -429,7 +430,7 @@ def measure_ceilings(device: Any = "cuda", *, matmul_n: int | None = None,
     src = torch.randn(elems, device=dev, dtype=torch.float32, generator=gen).to(torch.float16)
     dst = torch.empty_like(src)
     if cuda:
-        _preheat(lambda: dst.copy_(src), preheat_ms)
+        _preheat(lambda: dst.copy_(src), preheat_ms, dev)
     copy_us = time_call(lambda: dst.copy_(src), warmup=5 if cuda else 2, reps=reps, device=dev)
     moved = 2 * elems * 2
     del src, dst

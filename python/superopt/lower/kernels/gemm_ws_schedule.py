@@ -110,9 +110,9 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     ``s = i mod stages``, phase ``(i / stages) mod 2``::
 
         producer:  for i < n: wait empty[s] (phase ^ 1); TMA A_i -> A_s[s];
-                   (``lean_producer``: its first warp only; the full barriers expect 32)
                               TMA B_i -> B_s[s] (multicast to the cluster's CTAs);
                               arrive full[s]
+                   (``lean_producer``: its first warp only; the full barriers expect 32)
         consumer:  wait full[0]; issue acc += A_0 B_0
                    for i in 1 .. n-1: wait full[s]; issue acc += A_i B_i;
                                       wait_group 1 (step i-1 done); release slot of i-1
