@@ -189,7 +189,7 @@ class TimingConfig:
             timed at its own steady clock. Measured on the H200 (2026-12-03,
             ``bench/explore/clock_bias.py``, matmul): the same ``nvjet`` kernel ran
             45.8–46.0 µs after 0.5 s idle (SM clock sampled at 1980 MHz) and 53.3–53.8 µs
-            after 300 ms of its own replays (about 1530 MHz), and 45.9–51.3 µs in the
+            after 300 ms of its own replays (about 1530 MHz), and 46.0–51.3 µs in the
             harness without a preheat, as a function of what ran before it.
     """
 
