@@ -209,11 +209,13 @@ def test_lean_producer_reference_shape():
 
 
 @pytest.mark.parametrize("rewrite,marker", [("uniform_wg", "superopt_wg"),
-                                            ("defer_row_sum", "superopt_i")])
+                                            ("defer_row_sum", "superopt_i"),
+                                            ("unroll_stages", "#pragma unroll 2")])
 def test_cuda_rewrites(rewrite, marker):
     """The ping-pong tile compiled with a rewrite of TileLang's CUDA
     (``superopt.lower.cuda_rewrite``: the warp-uniform warpgroup index, the deferred row
-    sum): causal GQA with ragged tiles against the float64 reference."""
+    sum, the ring loops unrolled by the stages): causal GQA with ragged tiles against the
+    float64 reference."""
     def pick(space, m):  # the option on the space's ping-pong tiles (it may not be in it)
         return [dict(c, **{f"k0.{rewrite}": True}) for c in space
                 if c["k0.block_m"] == 128 and c["k0.pingpong"]][:2]

@@ -80,17 +80,20 @@ def _param_order(spec) -> list[tuple[str, tuple, str]]:
     return out + [("C", (s.batch, s.m, s.n), s.out_dtype)]
 
 
-def _child_kernel(path: str, name: str, arrays: dict, params: list, repeat: int = 1) -> dict:
-    """In a spawned child: compile the builder at ``path``, launch it ``repeat`` times into a
-    NaN-poisoned C; return the first C (float32: exact for every output dtype here) and how
-    many later launches differed from it bit for bit. ``arrays`` hold eighths as int8
-    numerators (module docstring)."""
+def _child_kernel(path: str, name: str, arrays: dict, params: list, repeat: int = 1,
+                  rewrites: tuple = ()) -> dict:
+    """In a spawned child: compile the builder at ``path`` (with the configuration's CUDA
+    ``rewrites``), launch it ``repeat`` times into a NaN-poisoned C; return the first C
+    (float32: exact for every output dtype here), how many later launches differed from it
+    bit for bit, and the CUDA compiled. ``arrays`` hold eighths as int8 numerators (module
+    docstring)."""
     import torch
 
     from superopt.lower import tl
 
     mod = tl.import_module_file(path, "gpu_gemm_" + hashlib.sha1(path.encode()).hexdigest()[:16])
-    kernel = tl.compile_kernel(getattr(mod, f"build_{name}")(), target=tl.SM90A)
+    kernel = tl.compile_kernel(getattr(mod, f"build_{name}")(), target=tl.SM90A,
+                               rewrites=tuple(rewrites))
     args = []
     for pname, shape, dtype in params:
         tdt = getattr(torch, dtype)
@@ -113,7 +116,8 @@ def _child_kernel(path: str, name: str, arrays: dict, params: list, repeat: int 
                 differing += 1
     except Exception as e:  # noqa: BLE001 - reported by the test
         return {"out": None, "error": f"{type(e).__name__}: {e}"}
-    return {"out": first.to(torch.float32).cpu().numpy(), "error": None, "differing": differing}
+    return {"out": first.to(torch.float32).cpu().numpy(), "error": None, "differing": differing,
+            "cuda": kernel.get_kernel_source()}
 
 
 def _child_module(path: str, arrays: list, dtype: str) -> dict:
@@ -244,8 +248,11 @@ def check_gemm(iso, tmp_path, spec, cfg, epilogue, *, prologue=None, rounded=Fal
     a = x["A"] if prologue is None else _round(prologue(x), spec.dtype)
     ref = _gemm_ref(spec, x, a, epilogue)
     path = _write(tmp_path, spec, cfg)
-    out = iso.run(_child_kernel, path, spec.name, _numerators(x), _param_order(spec))
-    check_close(out, ref, spec.out_dtype, rounded=rounded, label=label or spec.name)
+    res = iso.run(_child_kernel, path, spec.name, _numerators(x), _param_order(spec), 1,
+                  cfg.cuda_rewrites(), full=True)
+    check_close(res["out"].astype(np.float64), ref, spec.out_dtype, rounded=rounded,
+                label=label or spec.name)
+    return res
 
 
 # =========================================================================================
@@ -390,17 +397,25 @@ def test_ring_alias_and_persistent_ws(iso, tmp_path, spec, cfg):
     (GemmSpec(1, 1024, 1024, 512, "kn", name="lean_coop"),
      GemmConfig(256, 128, 64, 4, 256, schedule="ws", cluster_m=2, c_alias=True,
                 lean_producer=True)),
-], ids=["cluster", "persistent", "coop"])
+    (GemmSpec(1, 1000, 2000, 1000, "kn", name="unroll_cluster"),
+     GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2, unroll_stages=True)),
+    (GemmSpec(2, 700, 1000, 256, "nk", b_batch=1, out_dtype="float32", name="unroll_pws"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", persistent=True, unroll_stages=True)),
+], ids=["cluster", "persistent", "coop", "unroll_cluster", "unroll_persistent"])
 def test_lean_producer_ws(iso, tmp_path, spec, cfg):
     """One producer warp loading (``lean_producer``; full barriers of 32): a cluster
-    multicasting B, a persistent ring across tiles, C in the ring."""
+    multicasting B, a persistent ring across tiles, C in the ring; and the K loops unrolled
+    by the stages (``unroll_stages``; K of 1000 leaves a remainder) in a cluster and across
+    persistent tiles."""
     rng = np.random.default_rng(5)
     x = _inputs(spec, rng)
     if spec.row_inputs:
         ep = lambda acc, **_: acc * x["r"][:, :, None]  # noqa: E731
     else:
         ep = lambda acc, **_: acc  # noqa: E731
-    check_gemm(iso, tmp_path, spec, cfg, ep, seed=5)
+    res = check_gemm(iso, tmp_path, spec, cfg, ep, seed=5)
+    if cfg.unroll_stages:  # the build that ran is the rewritten one
+        assert res["cuda"].count("#pragma unroll 3\n") == 2
 
 
 def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):

@@ -600,6 +600,46 @@ def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):
     assert stext.index(ROW_SUM_MARKER) < stext.index("A_part[")
 
 
+
+def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):
+    """``unroll_stages``: the rewrite puts ``#pragma unroll 2`` before the producer's and the
+    consumers' key loops of the two-stage ping-pong tile (the loops that index the barrier
+    rings with a computed stage), and changes no other line; it leaves loops that already
+    carry a pragma, loops around another ring loop, loops over rings of two depths, and
+    text without rings. The option is normalised away where it has no loop to unroll."""
+    from superopt.lower.cuda_rewrite import unroll_by_stages
+
+    cfg = replace(WS_PP, defer_row_sum=True, unroll_stages=True)
+    assert cfg.label() == "ws_pp_m128n128s2t384_dsum_unr"
+    assert cfg.cuda_rewrites() == ("defer_row_sum", "unroll_stages")
+    assert replace(cfg, stages=1).unroll_stages is False
+    assert AttentionConfig(block_m=128, block_n=64, stages=2, threads=256,
+                           schedule="pipelined", unroll_stages=True).unroll_stages is False
+    _, cu = _lower(tmp_path, REF, WS_PP, "unr")
+    out = unroll_by_stages(cu)
+    before, after = cu.split("\n"), out.split("\n")
+    added = [i for i, ln in enumerate(after) if ln.strip() == "#pragma unroll 2"
+             and ln not in before[i:i + 1]]
+    assert len(after) == len(before) + 2 and len(added) == 2
+    assert [ln for i, ln in enumerate(after) if i not in added] == before
+    heads = [after[i + 1].strip() for i in added]
+    assert heads == ["for (int k = 0; k < 31; ++k) {", "for (int k_1 = 1; k_1 < 32; ++k_1) {"]
+    producer = out[out.index(heads[0]):out.index("tl::warpgroup_reg_alloc")]
+    assert "k_empty[((k + 1) & 1)].wait(" in producer  # the stage it makes constant
+    assert unroll_by_stages(out) == out  # a loop with a pragma is left
+    assert unroll_by_stages("no rings") == "no rings"
+    ring = ("  __shared__ __align__(16) uint64_t full_mem[3];\n"
+            "  __shared__ __align__(16) uint64_t other_mem[2];\n")
+    nested = (ring + "  for (int t = 0; t < n; ++t) {\n"
+              "    for (int k = 0; k < 8; ++k) {\n"
+              "      full[(k % 3)].wait(0);\n      tl::wgmma_ss<>(x);\n    }\n  }\n")
+    assert unroll_by_stages(nested) == nested.replace(
+        "    for (int k", "    #pragma unroll 3\n    for (int k")  # the inner loop only
+    mixed = nested.replace("tl::wgmma_ss<>(x);", "other[(k & 1)].arrive();\n      tl::wgmma_ss<>(x);")
+    assert unroll_by_stages(mixed) == mixed
+    no_gemm = nested.replace("tl::wgmma_ss<>(x);", "y();")
+    assert unroll_by_stages(no_gemm) == no_gemm
+
 def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path, monkeypatch):
     """A uniform_wg configuration: the generated module carries the rewrite (the same
     function, copied) and compiles its attention kernel through TileLang's CUDA hook with

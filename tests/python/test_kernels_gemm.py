@@ -1324,6 +1324,32 @@ def test_uniform_wg_gemm_compiles_through_the_rewrite(tmp_path):
                    directory=tmp_path)
 
 
+
+def test_unroll_stages_gemm_compiles_through_the_rewrite(tmp_path):
+    """An ``unroll_stages`` GEMM configuration compiles through the rewrite, which unrolls
+    the "ws" tile's producer and consumer K loops by its three stages (each copy's ring
+    slot a constant); the one-stage "auto" kernel has no ring loop and compiles as written."""
+    from superopt.derive import derive_all
+    from superopt.lower import lower_plan, match_plan, tl
+    from superopt.lower.config import complete_config
+    from superopt.lower.cuda_rewrite import unroll_by_stages
+    from superopt.workloads import WORKLOADS
+
+    match = match_plan(derive_all(WORKLOADS["matmul"].graph(m=256, d=1024, n=512))[0].plan)
+    flat = complete_config(match, {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 3,
+                                   "threads": 256, "schedule": "ws", "cluster_m": 2,
+                                   "unroll_stages": True})
+    mod = lower_plan(match, flat, directory=tmp_path)
+    assert ("'k0_gemm': compile_rewritten(build_k0_gemm(), target, ('unroll_stages',), "
+            in mod.path.read_text())
+    (pf,) = mod.prim_funcs().values()
+    cu = tl.lower_to_cuda(pf)
+    out = unroll_by_stages(cu)
+    assert "#pragma unroll 3" not in cu and out.count("#pragma unroll 3\n") == 2
+    assert [ln for ln in out.split("\n") if ln.strip() != "#pragma unroll 3"] == cu.split("\n")
+    for head in ("for (int i = 0; i < 16; ++i) {", "for (int i_4 = 1; i_4 < 16; ++i_4) {"):
+        assert f"#pragma unroll 3\n    {head}" in out
+
 def test_cluster_kernels_wait_for_the_previous_grid(tmp_path):
     """Every 2-CTA-cluster "ws" GEMM waits for the grid before it (``griddepcontrol.wait``
     after the barrier set-up, before any global access), since TileLang's runtime launches

@@ -23,6 +23,16 @@ ones it asks for
   there. Not bit-exact: the same sum in another order (each thread's partial carries the
   common ``alpha`` factors, which the quad shares: the row max is all-reduced).
 
+* ``unroll_stages`` (:func:`unroll_by_stages`). Each innermost loop that drives an
+  mbarrier ring (its body issues ``wgmma`` or TMA loads and indexes a ring of ``S > 1``
+  barriers with a computed stage, ``full[(k % S)]``) unrolled by ``S``, so that in every
+  copy the stage, and with it each barrier address and ``wgmma`` descriptor offset, is a
+  constant, as FlashAttention-4 and CUTLASS keep their stage index in uniform registers.
+  TileLang writes these loops without a pragma and nvcc does not unroll them; the SASS of
+  the ping-pong attention tile (nvcc 13.0, 2026-12-03) had 112 integer and uniform
+  instructions per key tile of 539, FA4's loop 49 of 450. Exact (unrolling does not
+  change what runs, in what order).
+
 A second rewrite was built and timed the same day and taken out: four partial accumulators
 for each thread's row max and row sum (FlashAttention-4's SM90 ``fmax_reduce``) ran 2–3 %
 slower in the ping-pong attention tile (``docs/performance.md``, the ninth session).
@@ -162,8 +172,45 @@ def deferred_row_sum(code: str) -> str:
     return out
 
 
+def unroll_by_stages(code: str) -> str:
+    """``code`` with ``#pragma unroll S`` before each innermost loop that drives a ring of
+    ``S > 1`` mbarriers: a loop TileLang wrote as ``for (int k = A; k < B; ++k) {`` with no
+    pragma, whose body calls ``tl::wgmma_`` or ``tl::tma_load`` and indexes barrier arrays
+    (declared ``__shared__ __align__(16) uint64_t NAME_mem[S];``) with a computed stage
+    (``NAME[(`` ...), all of one depth ``S``. A loop that contains such a loop is left (a
+    persistent tile loop around its key loop), as is one whose rings differ in depth.
+    Trip counts may be dynamic (nvcc adds the remainder). Text with no such loop is
+    returned unchanged (a split-KV combine kernel, a GEMM of one K step).
+    """
+    rings = {name: int(depth) for name, depth in re.findall(
+        r"^\s*__shared__ __align__\(16\) uint64_t (\w+)_mem\[(\d+)\];$", code, re.MULTILINE)}
+    found = []
+    for m in re.finditer(r"^([ \t]*)for \(int (\w+) = [^;]+; \2 < [^;]+; \+\+\2\) \{$",
+                         code, re.MULTILINE):
+        before = code[:m.start()].rstrip().rsplit("\n", 1)[-1].strip()
+        if before.startswith("#pragma unroll"):
+            continue
+        depth, end = 0, m.end() - 1
+        for end in range(m.end() - 1, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[end], 0)
+            if depth == 0:
+                break
+        body = code[m.end():end]
+        if "tl::wgmma_" not in body and "tl::tma_load" not in body:
+            continue
+        depths = {rings[n] for n in re.findall(r"\b(\w+)\[\(", body) if rings.get(n, 1) > 1}
+        if len(depths) == 1:
+            found.append((m.start(), end, m.group(1), depths.pop()))
+    inner = [f for f in found
+             if not any(f[0] < g[0] and g[1] <= f[1] for g in found if g is not f)]
+    for start, _, pad, stages in sorted(inner, reverse=True):
+        code = code[:start] + f"{pad}#pragma unroll {stages}\n" + code[start:]
+    return code
+
+
 #: Every rewrite by name, in the order a kernel's list is applied.
-REWRITES = {"uniform_wg": uniform_warpgroup_index, "defer_row_sum": deferred_row_sum}
+REWRITES = {"uniform_wg": uniform_warpgroup_index, "defer_row_sum": deferred_row_sum,
+            "unroll_stages": unroll_by_stages}
 
 
 @functools.lru_cache(maxsize=None)

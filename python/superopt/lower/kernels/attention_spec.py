@@ -195,6 +195,12 @@ class AttentionConfig:
             does, instead of a branch per warpgroup around a constant id (TileLang's
             ``if tx < 128: bar.sync 12 else: bar.sync 13``, which nvcc follows with a
             ``WARPSYNC`` to reconverge). The same synchronisation.
+        unroll_stages: ``"ws"`` with ``stages >= 2`` only (normalised to False
+            otherwise): the producer's and the consumers' key loops compiled unrolled by
+            ``stages`` (:func:`superopt.lower.cuda_rewrite.unroll_by_stages`), so that the
+            stage of each copy, and with it every barrier address and ``wgmma`` descriptor
+            offset, is a constant instead of integer work in every iteration. The same
+            kernel text; only its compilation differs.
     """
 
     block_m: int
@@ -212,6 +218,7 @@ class AttentionConfig:
     pdl: bool = False
     defer_row_sum: bool = False
     turn_by_id: bool = False
+    unroll_stages: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -261,6 +268,8 @@ class AttentionConfig:
             object.__setattr__(self, "early_rescale", True)
             object.__setattr__(self, "lean_producer", False)
             object.__setattr__(self, "defer_row_sum", False)
+        if self.schedule != "ws" or self.stages < 2:
+            object.__setattr__(self, "unroll_stages", False)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -279,13 +288,15 @@ class AttentionConfig:
         tag += "_pdl" if self.pdl else ""
         tag += "_dsum" if self.defer_row_sum else ""
         tag += "_tid" if self.turn_by_id else ""
+        tag += "_unr" if self.unroll_stages else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
         (:data:`superopt.lower.cuda_rewrite.REWRITES`), in the order they apply."""
         return (("uniform_wg",) if self.uniform_wg else ()) + (
-            ("defer_row_sum",) if self.defer_row_sum else ())
+            ("defer_row_sum",) if self.defer_row_sum else ()) + (
+            ("unroll_stages",) if self.unroll_stages else ())
 
     def launch_plan(self, spec: AttentionSpec) -> "LaunchPlan | None":
         """The launches of this configuration when they are not the one default launch

@@ -85,7 +85,8 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
                 f"{', persistent' if c.persistent else ''}{', C in the ring' if c.c_alias else ''}"
                 f"{', early launch of the next grid (pdl)' if c.pdl else ''}"
                 f"{', warp-uniform warpgroup index' if c.uniform_wg else ''}"
-                f"{', one-warp producer' if c.lean_producer else ''}")
+                f"{', one-warp producer' if c.lean_producer else ''}"
+                f"{', loops unrolled by the stages' if c.unroll_stages else ''}")
     else:
         note = (f"tile {c.block_m}x{c.block_n}x{c.block_k}, {c.stages} stages, {c.threads} "
                 f"consumer threads, {c.policy}, swizzle {c.swizzle_panel}, store {c.store}, "

@@ -220,6 +220,12 @@ class GemmConfig:
             active warps per SM of 12 under Nsight Compute, 2026-12-03); False: all four
             wait on every empty barrier and arrive on every full one, one thread of the
             128 elected to issue the loads.
+        unroll_stages: compile the producer's and the consumers' K loops unrolled by
+            ``stages`` (:func:`superopt.lower.cuda_rewrite.unroll_by_stages`), so that each
+            copy's ring slot, barrier addresses and ``wgmma`` descriptor offsets are
+            constants instead of a modulo and address arithmetic every K step (the 128×256
+            "ws" tile, nvcc 13.0: 171 consumer instructions a K step become 62). The same
+            kernel text; a kernel with no such loop (one stage) compiles unchanged.
     """
 
     block_m: int
@@ -240,18 +246,20 @@ class GemmConfig:
     uniform_wg: bool = False
     pdl: bool = False
     lean_producer: bool = False
+    unroll_stages: bool = False
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
         (:data:`superopt.lower.cuda_rewrite.REWRITES`)."""
-        return ("uniform_wg",) if self.uniform_wg else ()
+        return (("uniform_wg",) if self.uniform_wg else ()) + (
+            ("unroll_stages",) if self.unroll_stages else ())
 
 
 _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, "threads": int,
                  "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
                  "col_tiles": int, "block_h": int, "uniform_wg": bool,
-                 "pdl": bool, "lean_producer": bool}
+                 "pdl": bool, "lean_producer": bool, "unroll_stages": bool}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
