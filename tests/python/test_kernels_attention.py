@@ -108,9 +108,10 @@ def test_config_space_reference():
     assert space == attention_config_space(REF), "deterministic"
     assert 8 <= len(space) <= 20
     assert len(set(space)) == len(space)
-    assert space[0] == replace(WS_PP, defer_row_sum=True), \
+    assert space[0] == replace(WS_PP, defer_row_sum=True, unroll_stages=True), \
         "FlashAttention-3 style ping-pong 128x128, 2 stages first, row sums per thread"
     assert all(c.defer_row_sum == (c.schedule == "ws") for c in space)
+    assert all(c.unroll_stages == (c.schedule == "ws" and c.stages > 1) for c in space)
     assert {c.schedule for c in space} == {"ws", "pipelined"}
     for c in space:
         assert attention_smem_bytes(REF, c) <= SMEM_LIMIT_BYTES
@@ -134,7 +135,8 @@ def test_short_sequences_prefer_two_blocks_per_sm():
     pp = next(c for c in space if c.block_m == 128 and c.block_n == 128 and c.pingpong)
     ratio = attention_cost(vit, first) / attention_cost(vit, pp)
     assert 0.80 < ratio < 0.88, ratio  # 25.7 / 30.7 = 0.837 measured
-    assert attention_config_space(REF)[0] == replace(WS_PP, defer_row_sum=True)
+    assert attention_config_space(REF)[0] == replace(WS_PP, defer_row_sum=True,
+                                                     unroll_stages=True)
 
 
 def test_config_space_edges():
@@ -478,7 +480,7 @@ def test_split_kv_decode(tmp_path):
 def test_lean_producer(tmp_path):
     cfg = replace(WS_PP, lean_producer=True)
     assert cfg.label() == "ws_pp_m128n128s2t384_lean"
-    assert replace(cfg, defer_row_sum=True) in attention_config_space(REF)
+    assert replace(cfg, defer_row_sum=True, unroll_stages=True) in attention_config_space(REF)
     text, cu = _lower(tmp_path, REF, cfg, "lean")
     assert "if tx < 288:" in text and "k_full = T.alloc_barrier([32] * 2)" in text
     assert "k_full[0].init(32);" in cu and "q_full[0].init(32);" in cu
@@ -613,6 +615,9 @@ def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):
     assert cfg.label() == "ws_pp_m128n128s2t384_dsum_unr"
     assert cfg.cuda_rewrites() == ("defer_row_sum", "unroll_stages")
     assert replace(cfg, stages=1).unroll_stages is False
+    space = attention_config_space(REF)
+    assert all(c.unroll_stages for c in space if c.schedule == "ws")  # timed faster
+    assert not any(c.turn_by_id or c.uniform_wg for c in space)  # ties: explicit only
     assert AttentionConfig(block_m=128, block_n=64, stages=2, threads=256,
                            schedule="pipelined", unroll_stages=True).unroll_stages is False
     _, cu = _lower(tmp_path, REF, WS_PP, "unr")
@@ -668,7 +673,7 @@ def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path,
             break
     flat = complete_config(match, {"k0.block_m": 128, "k0.block_n": 128, "k0.stages": 2,
                                    "k0.pingpong": True, "k0.uniform_wg": True,
-                                   "k0.defer_row_sum": False})
+                                   "k0.defer_row_sum": False, "k0.unroll_stages": False})
     mod = lower_plan(match, flat, directory=tmp_path)
     src = mod.path.read_text()
     call = (f"'k0_attention': compile_rewritten(build_k0_attention(), target, "
