@@ -1,17 +1,23 @@
 """Experiment: cubins of chosen configurations, built on the CPU, for ``cuobjdump -sass``.
 
     python bench/explore/cubins.py SPEC OUTDIR VARIANT [VARIANT ...]
-    # then, where cuobjdump is (the GPU machine):
+    # then, where cuobjdump is on the PATH:
     python bench/explore/cubins.py --count OUTDIR
 
-The CPU machine has nvcc but no disassembler. The first form lowers each ``VARIANT``
+The CPU machine has nvcc but no disassembler of its own; ``cuobjdump`` is on the GPU
+machine, and here after ``pip download --no-deps nvidia-cuda-cuobjdump`` (a 5 MB wheel:
+unzip it and put its ``nvidia/cu13/bin`` on the PATH). The first form lowers each ``VARIANT``
 (``time_configs.py``'s syntax) and compiles its first kernel's CUDA, after the
 configuration's rewrites of TileLang's CUDA, to ``OUTDIR/vI.cubin`` for sm_90a with
 TileLang's own nvcc options (plus ``--use_fast_math`` when the kernel asks for it),
 writing ``OUTDIR/variants.json``. ``--count`` disassembles every cubin there and prints,
 per variant, its instruction count and the count of each opcode class a schedule change
 is meant to move (barriers, ``WARPSYNC``, convergence barriers ``BSSY``/``BSYNC``,
-shuffles, ``R2UR``, ``MUFU``, ``HGMMA``), writing ``OUTDIR/counts.json``.
+shuffles, ``R2UR``, ``MUFU``, ``HGMMA``), and the same for the kernel's main loop alone (the
+innermost loop that issues ``HGMMA``: the shortest body of a backward branch with one in it;
+a loop unrolled by the stages holds that many iterations, its ``HGMMA`` count says how
+many), writing ``OUTDIR/counts.json``. Static counts: an instruction on a path not taken
+(e.g. the online softmax's large-magnitude branch) counts as much as one that runs.
 """
 
 from __future__ import annotations
@@ -34,6 +40,27 @@ CLASSES = ("BAR", "WARPSYNC", "BSSY", "BSYNC", "SHFL", "R2UR", "MUFU", "HGMMA", 
            "SYNCS", "FMUL", "FFMA", "FMNMX", "FADD")
 
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+#: an instruction with its address (cuobjdump's ``/*0a30*/  OP ... ;`` lines)
+_ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([^;]*);")
+
+
+def main_loop(sass: str) -> Counter:
+    """Opcode counts of the innermost loop of ``sass`` that issues ``HGMMA``: the shortest
+    span from a backward branch's target to the branch that holds an ``HGMMA`` (empty when
+    there is none). Branches after the last ``EXIT`` are left out: nvcc places the retry
+    stubs of the mbarrier waits there, each jumping back to its wait."""
+    ins = [(int(m.group(1), 16), m.group(2), m.group(3)) for m in _ADDRESSED.finditer(sass)]
+    exits = [i for i, (_, o, _) in enumerate(ins) if o == "EXIT"]
+    ins = ins[:exits[-1] + 1] if exits else ins
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+    best = None
+    for i, (a, op, rest) in enumerate(ins):
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < a and int(target.group(1), 16) in at:
+            body = ins[at[int(target.group(1), 16)]:i + 1]
+            if any(o == "HGMMA" for _, o, _ in body) and (best is None or len(body) < len(best)):
+                best = body
+    return Counter(o for _, o, _ in best or ())
 
 
 def build(spec: str, outdir: Path, variants: list[str]) -> None:
@@ -73,13 +100,18 @@ def count(outdir: Path) -> None:
         sass = subprocess.run(["cuobjdump", "-sass", str(outdir / f"{r['subject']}.cubin")],
                               capture_output=True, text=True, check=True).stdout
         ops = Counter(m.group(1) for m in _INSN.finditer(sass))
+        loop = main_loop(sass)
         result[r["subject"]] = {"variant": r["variant"], "total": sum(ops.values()),
-                                **{c: ops.get(c, 0) for c in CLASSES}}
+                                **{c: ops.get(c, 0) for c in CLASSES},
+                                "loop": {"total": sum(loop.values()), **dict(loop.most_common())}}
     (outdir / "counts.json").write_text(json.dumps(result, indent=1))
-    print(f"{'':4} {'total':>6} " + " ".join(f"{c:>8}" for c in CLASSES))
+    print(f"{'':9} {'total':>6} " + " ".join(f"{c:>8}" for c in CLASSES))
     for s, c in result.items():
-        print(f"{s:4} {c['total']:>6} " + " ".join(f"{c[k]:>8}" for k in CLASSES)
+        loop = c["loop"]
+        print(f"{s:4} all  {c['total']:>6} " + " ".join(f"{c[k]:>8}" for k in CLASSES)
               + f"  {c['variant']}")
+        print(f"{s:4} loop {loop['total']:>6} "
+              + " ".join(f"{loop.get(k, 0):>8}" for k in CLASSES))
 
 
 def main() -> int:

@@ -28,9 +28,13 @@ ones it asks for
   barriers with a computed stage, ``full[(k % S)]``) unrolled by ``S``, so that in every
   copy the stage, and with it each barrier address and ``wgmma`` descriptor offset, is a
   constant, as FlashAttention-4 and CUTLASS keep their stage index in uniform registers.
-  TileLang writes these loops without a pragma and nvcc does not unroll them; the SASS of
-  the ping-pong attention tile (nvcc 13.0, 2026-12-03) had 112 integer and uniform
-  instructions per key tile of 539, FA4's loop 49 of 450. Exact (unrolling does not
+  TileLang writes these loops without a pragma; nvcc 13.0 leaves the attention key loop
+  rolled (and unrolls the "ws" GEMM's K loop by 2, which fixes no stage of a 3-deep
+  ring). The SASS of the ping-pong attention tile (``bench/explore/cubins.py --count``,
+  2026-12-03): 110 integer and uniform instructions in the loop's body per key tile, 77
+  with the rewrite (FA4's loop executes 49 of its 450 per tile); the 128×256 GEMM's
+  consumer, 86 instructions a K step, 62. Timed on the H200: attention 1.015-1.019 its
+  plain build (in the search's space since), the GEMM a tie. Exact (unrolling does not
   change what runs, in what order).
 
 A second rewrite was built and timed the same day and taken out: four partial accumulators
