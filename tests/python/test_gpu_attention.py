@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -184,6 +186,19 @@ def test_turn_by_id():
     check_graph(_graph(lo=0), "float16", pick)
 
 
+def test_row_sum_in_branch():
+    """The row sum written in both branches of the exponent, the branch taken per warp
+    (``row_sum_in_branch``): causal GQA with ragged tiles, with and without the deferred
+    row sum and in both rescale orders, against float64 (a warp whose threads disagreed
+    on the branch would deadlock or mix the two forms' sums)."""
+    def pick(space, m):
+        base = [c for c in space if c["k0.pingpong"]][:1]
+        return [dict(c, **{"k0.row_sum_in_branch": True}, **extra) for c in base
+                for extra in ({}, {"k0.defer_row_sum": False}, {"k0.early_rescale": False})]
+
+    check_graph(_graph(lo=0), "float16", pick)
+
+
 def test_softcap():
     check_graph(_graph(lo=0, softcap=20.0), "float16", _top(2), scale_q=4.0)
 
@@ -297,6 +312,9 @@ def test_extreme_score_magnitudes_bf16(magnitude):
     q, k = q.bfloat16(), k.bfloat16()
     cfgs = attention_config_space(spec)[:3] + [AttentionConfig(
         block_m=128, block_n=128, stages=2, threads=256, schedule="pipelined")]
+    # the row sum in both branches of the exponent, the branch taken per warp
+    cfgs += [replace(c, row_sum_in_branch=True) for c in cfgs[:1]]
+    assert cfgs[-1].row_sum_in_branch
     ref = _ref(spec, q, k, v)
     assert torch.isfinite(ref).all()
     for cfg in cfgs:

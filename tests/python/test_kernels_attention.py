@@ -645,6 +645,40 @@ def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):
     no_gemm = nested.replace("tl::wgmma_ss<>(x);", "y();")
     assert unroll_by_stages(no_gemm) == no_gemm
 
+
+def test_row_sum_in_branch_sums_inside_both_exponent_branches(tmp_path):
+    """``row_sum_in_branch``: the branch between the one-FFMA exponent and the
+    large-magnitude form is taken per warp (``__any_sync`` of the threads' need, before the
+    branch), and each branch ends with the tile's row sum; without it the sum follows the
+    branch. With the deferred row sum the rewrite removes every branch's all-reduce and
+    keeps the one at the marker; nvcc then compiles the steady-state key loop without a
+    reconvergence barrier (no ``BSSY``), which lets it interleave the sum with ``MUFU``."""
+    from superopt.lower.cuda_rewrite import deferred_row_sum
+
+    cfg = replace(WS_PP, row_sum_in_branch=True)
+    assert cfg.label() == "ws_pp_m128n128s2t384_rsb"
+    assert AttentionConfig(block_m=128, block_n=64, stages=2, threads=256,
+                           schedule="pipelined", row_sum_in_branch=True).row_sum_in_branch is False
+    assert not any(c.row_sum_in_branch for c in attention_config_space(REF))  # not yet timed
+    text, cu = _lower(tmp_path, REF, cfg, "rsb")
+    plain_text, _ = _lower(tmp_path, REF, WS_PP, "rsb_plain")
+    allreduce = "tl::AllReduce<tl::SumOp, 4, 1, 0, tl::NamedBarrier<256>>::run"
+    assert text.count("__any_sync") == 2 and "__any_sync" not in plain_text  # first, steady
+    assert text.count("T.reduce_sum(acc_s, l, dim=1)") == 2  # the first tile, both branches
+    assert text.count("T.reduce_sum(acc_s, rsum, dim=1)") == 2
+    assert plain_text.count("T.reduce_sum(acc_s, rsum, dim=1)") == 1
+    assert cu.count(allreduce) == 4
+    for branch in cu.split("if (slow == 0) {")[1:]:
+        fast, rest = branch.split("} else {", 1)
+        assert "rsum[" in fast or "l[" in fast  # the sum inside the fast branch
+    vote = cu.index("slow = __any_sync(")
+    assert vote < cu.index("if (slow == 0) {", vote)
+    dsum = replace(cfg, defer_row_sum=True)
+    _, dcu = _lower(tmp_path, REF, dsum, "rsb_dsum")
+    out = deferred_row_sum(dcu)
+    assert dcu.count(allreduce) == 4 and out.count(allreduce) == 1
+    assert out.index("l[superopt_i] = " + allreduce) > out.rindex("tl::wait_wgmma<0>()")
+
 def test_uniform_wg_compiles_through_tilelang_hook_for_its_kernel_only(tmp_path, monkeypatch):
     """A uniform_wg configuration: the generated module carries the rewrite (the same
     function, copied) and compiles its attention kernel through TileLang's CUDA hook with

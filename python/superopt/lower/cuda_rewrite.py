@@ -123,17 +123,18 @@ _ROW_SUM_ALLREDUCE = re.compile(
 def deferred_row_sum(code: str) -> str:
     """``code`` (one kernel's CUDA) with the all-reduces of the online softmax's row sums
     (``l`` of the first key tile, ``rsum`` of the others: TileLang's
-    ``tl::AllReduce<tl::SumOp, ...>`` lines) removed, so that ``l`` accumulates each
+    ``tl::AllReduce<tl::SumOp, ...>`` lines; one per branch of the exponent where the row
+    sum is written in both) removed, so that ``l`` accumulates each
     thread's partial sum, and the marker statement ``superopt_row_sum_allreduce();``
     replaced by the same all-reduce of every element of ``l`` (its length read from the
     ``float l[N];`` declaration). Text with neither is returned unchanged (e.g. a split-KV
     combine kernel).
 
     Raises:
-        ValueError: anything but exactly one marker on a line of its own with exactly one
-            all-reduce of ``l`` (and one of ``rsum`` where ``rsum`` is declared), all of one
-            template; no ``l`` declaration; or a row-sum all-reduce left afterwards (a
-            form this rewrite does not know would count a tile's sum four times).
+        ValueError: anything but exactly one marker on a line of its own with all-reduces
+            of ``l`` (and of ``rsum`` where ``rsum`` is declared), all of one template; no
+            ``l`` declaration; or a row-sum all-reduce left afterwards (a form this rewrite
+            does not know would count a tile's sum four times).
     """
     marker = ROW_SUM_MARKER + "();"
     found = list(_ROW_SUM_ALLREDUCE.finditer(code))
@@ -149,7 +150,7 @@ def deferred_row_sum(code: str) -> str:
     if markers != 1:
         raise refuse(f"{markers} markers where one is due" if markers else
                      "row-sum all-reduces without a marker")
-    names = sorted(m.group(1) for m in found)
+    names = sorted({m.group(1) for m in found})
     want = ["l", "rsum"] if re.search(r"^\s*float rsum\[\d+\];$", code, re.MULTILINE) else ["l"]
     if names != want:
         raise refuse(f"all-reduces of {names} where {want} are written")

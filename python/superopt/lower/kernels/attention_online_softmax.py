@@ -132,11 +132,18 @@ def write_softmax_update(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *,
         e(f"if T.abs(msc[i]) >= {FFMA_LIMIT!r}:")
         with e.indent():
             e("slow = 1")
+    row_sum = f"T.reduce_sum(acc_s, {'l' if first else 'rsum'}, dim=1)"
+    if cfg.row_sum_in_branch:
+        # one branch per warp (a warp with a slow row takes the per-element form, exact
+        # for every row), so that the row sum can sit in both branches
+        e('slow = T.call_extern("int32", "__any_sync", T.uint32(4294967295), slow)')
     e("if slow == 0:")
     with e.indent():
         e(f"for i, j in T.Parallel({bm}, {bn}):")
         with e.indent():
             e(f"acc_s[i, j] = {_exp(spec, f'acc_s[i, j] * {c} - msc[i]')}")
+        if cfg.row_sum_in_branch:
+            e(row_sum)
     e("else:")
     with e.indent():
         e(f"for i, j in T.Parallel({bm}, {bn}):")
@@ -144,10 +151,10 @@ def write_softmax_update(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *,
             arg = (f"T.if_then_else(T.abs(msc[i]) < {FFMA_LIMIT!r}, acc_s[i, j] * {c} - msc[i], "
                    f"(acc_s[i, j] - mr[i]) * {c})")
             e(f"acc_s[i, j] = {_exp(spec, arg)}")
-    if first:
-        e("T.reduce_sum(acc_s, l, dim=1)")
-    else:
-        e("T.reduce_sum(acc_s, rsum, dim=1)")
+        if cfg.row_sum_in_branch:
+            e(row_sum)
+    if not cfg.row_sum_in_branch:
+        e(row_sum)
 
 
 def write_row_sum_allreduce(e: Lines, cfg: AttentionConfig) -> None:

@@ -201,6 +201,14 @@ class AttentionConfig:
             stage of each copy, and with it every barrier address and ``wgmma`` descriptor
             offset, is a constant instead of integer work in every iteration. The same
             kernel text; only its compilation differs.
+        row_sum_in_branch: ``"ws"`` only (normalised to False otherwise): the tile's row
+            sum is written inside both branches of the exponent (the one-FFMA form and the
+            large-magnitude form, :mod:`.attention_online_softmax`), and the branch is
+            taken per warp (``__any_sync`` of the threads' need), so that nvcc can issue the
+            sum's ``FADD``s between the ``MUFU.EX2``s, as FA4's loop does, instead of after
+            the last of them (nvcc 13.0 keeps a branch's instructions inside it). The same
+            arithmetic; a warp with one large-magnitude row takes the per-element form for
+            all its rows, which is exact for every row.
     """
 
     block_m: int
@@ -219,6 +227,7 @@ class AttentionConfig:
     defer_row_sum: bool = False
     turn_by_id: bool = False
     unroll_stages: bool = False
+    row_sum_in_branch: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -270,6 +279,8 @@ class AttentionConfig:
             object.__setattr__(self, "defer_row_sum", False)
         if self.schedule != "ws" or self.stages < 2:
             object.__setattr__(self, "unroll_stages", False)
+        if self.schedule != "ws":
+            object.__setattr__(self, "row_sum_in_branch", False)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -289,6 +300,7 @@ class AttentionConfig:
         tag += "_dsum" if self.defer_row_sum else ""
         tag += "_tid" if self.turn_by_id else ""
         tag += "_unr" if self.unroll_stages else ""
+        tag += "_rsb" if self.row_sum_in_branch else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def cuda_rewrites(self) -> tuple[str, ...]:
