@@ -651,8 +651,8 @@ def test_row_sum_in_branch_sums_inside_both_exponent_branches(tmp_path):
     large-magnitude form is taken per warp (``__any_sync`` of the threads' need, before the
     branch), and each branch ends with the tile's row sum; without it the sum follows the
     branch. With the deferred row sum the rewrite removes every branch's all-reduce and
-    keeps the one at the marker; nvcc then compiles the steady-state key loop without a
-    reconvergence barrier (no ``BSSY``), which lets it interleave the sum with ``MUFU``."""
+    keeps the one at the marker. (The point, read in the SASS on 2026-12-03: the key loop
+    loses its reconvergence barrier and nvcc issues the sum's FADDs between the MUFUs.)"""
     from superopt.lower.cuda_rewrite import deferred_row_sum
 
     cfg = replace(WS_PP, row_sum_in_branch=True)
