@@ -13,10 +13,9 @@ TileLang's own nvcc options (plus ``--use_fast_math`` when the kernel asks for i
 writing ``OUTDIR/variants.json``. ``--count`` disassembles every cubin there and prints,
 per variant, its instruction count and the count of each opcode class a schedule change
 is meant to move (barriers, ``WARPSYNC``, convergence barriers ``BSSY``/``BSYNC``,
-shuffles, ``R2UR``, ``MUFU``, ``HGMMA``), and the same for the kernel's main loop alone (the
-innermost loop that issues ``HGMMA``: the shortest body of a backward branch with one in it;
-a loop unrolled by the stages holds that many iterations, its ``HGMMA`` count says how
-many), writing ``OUTDIR/counts.json``. Static counts: an instruction on a path not taken
+shuffles, ``R2UR``, ``MUFU``, ``HGMMA``), and the same for the kernel's main loop alone
+(:func:`main_loop`; a loop unrolled by the stages holds that many iterations, its ``HGMMA``
+count says how many), writing ``OUTDIR/counts.json``. Static counts: an instruction on a path not taken
 (e.g. the online softmax's large-magnitude branch) counts as much as one that runs.
 """
 
@@ -45,22 +44,30 @@ _ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_
 
 
 def main_loop(sass: str) -> Counter:
-    """Opcode counts of the innermost loop of ``sass`` that issues ``HGMMA``: the shortest
-    span from a backward branch's target to the branch that holds an ``HGMMA`` (empty when
-    there is none). Branches after the last ``EXIT`` are left out: nvcc places the retry
-    stubs of the mbarrier waits there, each jumping back to its wait."""
+    """Opcode counts of the main loop of ``sass``: of the innermost loops that issue
+    ``HGMMA`` (a span from a backward branch's target to the branch, holding no other such
+    span), the one with the most ``HGMMA`` (an unrolled loop rather than nvcc's rolled
+    remainder; the shortest on a tie); empty when there is none. Branches after the last
+    ``EXIT`` are left out: nvcc places the retry stubs of the mbarrier waits there, each
+    jumping back to its wait."""
     ins = [(int(m.group(1), 16), m.group(2), m.group(3)) for m in _ADDRESSED.finditer(sass)]
     exits = [i for i, (_, o, _) in enumerate(ins) if o == "EXIT"]
     ins = ins[:exits[-1] + 1] if exits else ins
     at = {a: i for i, (a, _, _) in enumerate(ins)}
-    best = None
+    spans = []
     for i, (a, op, rest) in enumerate(ins):
         target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
         if target and int(target.group(1), 16) < a and int(target.group(1), 16) in at:
-            body = ins[at[int(target.group(1), 16)]:i + 1]
-            if any(o == "HGMMA" for _, o, _ in body) and (best is None or len(body) < len(best)):
-                best = body
-    return Counter(o for _, o, _ in best or ())
+            lo = at[int(target.group(1), 16)]
+            if any(o == "HGMMA" for _, o, _ in ins[lo:i + 1]):
+                spans.append((lo, i))
+    inner = [(lo, hi) for lo, hi in spans
+             if not any(lo <= l2 and h2 <= hi and (l2, h2) != (lo, hi) for l2, h2 in spans)]
+    if not inner:
+        return Counter()
+    lo, hi = max(inner, key=lambda sp: (sum(o == "HGMMA" for _, o, _ in ins[sp[0]:sp[1] + 1]),
+                                        sp[0] - sp[1]))
+    return Counter(o for _, o, _ in ins[lo:hi + 1])
 
 
 def build(spec: str, outdir: Path, variants: list[str]) -> None:

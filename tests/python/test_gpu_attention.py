@@ -232,7 +232,8 @@ def test_cuda_rewrites(rewrite, marker):
     sum, the ring loops unrolled by the stages): causal GQA with ragged tiles against the
     float64 reference."""
     def pick(space, m):  # the option on the space's ping-pong tiles (it may not be in it)
-        return [dict(c, **{f"k0.{rewrite}": True}) for c in space
+        return [dict(c, **{"k0.unroll_stages": rewrite == "unroll_stages",
+                           f"k0.{rewrite}": True}) for c in space
                 if c["k0.block_m"] == 128 and c["k0.pingpong"]][:2]
 
     check_graph(_graph(lo=0), "float16", pick)
@@ -250,7 +251,9 @@ def test_cuda_rewrites(rewrite, marker):
         if match.families == ("attention",):
             break
     flat = complete_config(match, {"k0.block_m": 128, "k0.block_n": 128, "k0.stages": 2,
-                                   "k0.pingpong": True, f"k0.{rewrite}": True})
+                                   "k0.pingpong": True,
+                                   "k0.unroll_stages": rewrite == "unroll_stages",
+                                   f"k0.{rewrite}": True})
     module = lower_plan(match, flat).module()
     kernel = module.compile_kernels()["k0_attention"]
     assert marker in kernel.get_kernel_source()

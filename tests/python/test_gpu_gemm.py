@@ -399,14 +399,14 @@ def test_ring_alias_and_persistent_ws(iso, tmp_path, spec, cfg):
                 lean_producer=True)),
     (GemmSpec(1, 1000, 2000, 1000, "kn", name="unroll_cluster"),
      GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2, unroll_stages=True)),
-    (GemmSpec(2, 700, 1000, 256, "nk", b_batch=1, out_dtype="float32", name="unroll_pws"),
+    (GemmSpec(2, 1500, 1200, 448, "nk", b_batch=1, out_dtype="float32", name="unroll_pws"),
      GemmConfig(128, 128, 64, 3, 256, schedule="ws", persistent=True, unroll_stages=True)),
 ], ids=["cluster", "persistent", "coop", "unroll_cluster", "unroll_persistent"])
 def test_lean_producer_ws(iso, tmp_path, spec, cfg):
     """One producer warp loading (``lean_producer``; full barriers of 32): a cluster
     multicasting B, a persistent ring across tiles, C in the ring; and the K loops unrolled
-    by the stages (``unroll_stages``; K of 1000 leaves a remainder) in a cluster and across
-    persistent tiles."""
+    by the stages (``unroll_stages``; K steps of 16 and 7 leave remainders) in a cluster and
+    across persistent tiles (240 tiles, two a block)."""
     rng = np.random.default_rng(5)
     x = _inputs(spec, rng)
     if spec.row_inputs:
@@ -416,6 +416,8 @@ def test_lean_producer_ws(iso, tmp_path, spec, cfg):
     res = check_gemm(iso, tmp_path, spec, cfg, ep, seed=5)
     if cfg.unroll_stages:  # the build that ran is the rewritten one
         assert res["cuda"].count("#pragma unroll 3\n") == 2
+        if cfg.persistent:  # 240 tiles of 7 K steps: the ring runs on across tiles
+            assert "for (int w = 0; w < 2; ++w) {" in res["cuda"]
 
 
 def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):

@@ -111,7 +111,7 @@ def test_config_space_reference():
     assert space[0] == replace(WS_PP, defer_row_sum=True, unroll_stages=True), \
         "FlashAttention-3 style ping-pong 128x128, 2 stages first, row sums per thread"
     assert all(c.defer_row_sum == (c.schedule == "ws") for c in space)
-    assert all(c.unroll_stages == (c.schedule == "ws" and c.stages > 1) for c in space)
+    assert all(c.unroll_stages == (c.schedule == "ws" and c.stages == 2) for c in space)
     assert {c.schedule for c in space} == {"ws", "pipelined"}
     for c in space:
         assert attention_smem_bytes(REF, c) <= SMEM_LIMIT_BYTES
@@ -606,9 +606,10 @@ def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):
 def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):
     """``unroll_stages``: the rewrite puts ``#pragma unroll 2`` before the producer's and the
     consumers' key loops of the two-stage ping-pong tile (the loops that index the barrier
-    rings with a computed stage), and changes no other line; it leaves loops that already
-    carry a pragma, loops around another ring loop, loops over rings of two depths, and
-    text without rings. The option is normalised away where it has no loop to unroll."""
+    rings with a stage computed from their counter), and changes no other line; it leaves
+    loops that already carry a pragma, loops around another ring loop, loops over rings of
+    two depths, indices it cannot read, and text without rings. The option is normalised
+    away where it has no loop to unroll."""
     from superopt.lower.cuda_rewrite import unroll_by_stages
 
     cfg = replace(WS_PP, defer_row_sum=True, unroll_stages=True)
@@ -616,7 +617,8 @@ def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):
     assert cfg.cuda_rewrites() == ("defer_row_sum", "unroll_stages")
     assert replace(cfg, stages=1).unroll_stages is False
     space = attention_config_space(REF)
-    assert all(c.unroll_stages for c in space if c.schedule == "ws")  # timed faster
+    assert all(c.unroll_stages for c in space if c.schedule == "ws" and c.stages == 2)
+    assert any(c.stages > 2 and not c.unroll_stages for c in space)  # not timed with it
     assert not any(c.turn_by_id or c.uniform_wg for c in space)  # ties: explicit only
     assert AttentionConfig(block_m=128, block_n=64, stages=2, threads=256,
                            schedule="pipelined", unroll_stages=True).unroll_stages is False
@@ -642,6 +644,15 @@ def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):
         "    for (int k", "    #pragma unroll 3\n    for (int k")  # the inner loop only
     mixed = nested.replace("tl::wgmma_ss<>(x);", "other[(k & 1)].arrive();\n      tl::wgmma_ss<>(x);")
     assert unroll_by_stages(mixed) == mixed
+    # the depth is read from the loop's own index, not from the array's size (TileLang's
+    # own pipeline keeps full and empty barriers in one array)
+    shared = nested.replace("full_mem[3]", "full_mem[8]").replace("(k % 3)", "((k + 1) % 4)")
+    assert "#pragma unroll 4\n    for (int k" in unroll_by_stages(shared)
+    for index in ("(k + 1)", "((k & 3) >> 1)", "(k & 5)"):  # not a stage of the counter
+        other = nested.replace("(k % 3)", index)
+        assert unroll_by_stages(other) == other, index
+    outer = nested.replace("(k % 3)", "(t % 3)")  # the outer loop's counter drives the ring
+    assert unroll_by_stages(outer) == outer.replace("  for (int t", "  #pragma unroll 3\n  for (int t")
     no_gemm = nested.replace("tl::wgmma_ss<>(x);", "y();")
     assert unroll_by_stages(no_gemm) == no_gemm
 

@@ -1328,7 +1328,8 @@ def test_uniform_wg_gemm_compiles_through_the_rewrite(tmp_path):
 def test_unroll_stages_gemm_compiles_through_the_rewrite(tmp_path):
     """An ``unroll_stages`` GEMM configuration compiles through the rewrite, which unrolls
     the "ws" tile's producer and consumer K loops by its three stages (each copy's ring
-    slot a constant); the one-stage "auto" kernel has no ring loop and compiles as written."""
+    slot a constant); TileLang's own pipeline ("auto") and one stage are refused."""
+    from superopt.errors import LoweringError as LE
     from superopt.derive import derive_all
     from superopt.lower import lower_plan, match_plan, tl
     from superopt.lower.config import complete_config
@@ -1349,6 +1350,9 @@ def test_unroll_stages_gemm_compiles_through_the_rewrite(tmp_path):
     assert [ln for ln in out.split("\n") if ln.strip() != "#pragma unroll 3"] == cu.split("\n")
     for head in ("for (int i = 0; i < 16; ++i) {", "for (int i_4 = 1; i_4 < 16; ++i_4) {"):
         assert f"#pragma unroll 3\n    {head}" in out
+    for bad in ({"k0.schedule": "auto", "k0.cluster_m": 1}, {"k0.stages": 1}):
+        with pytest.raises(LE, match="unroll_stages"):
+            lower_plan(match, dict(flat, **bad), directory=tmp_path)
 
 def test_cluster_kernels_wait_for_the_previous_grid(tmp_path):
     """Every 2-CTA-cluster "ws" GEMM waits for the grid before it (``griddepcontrol.wait``

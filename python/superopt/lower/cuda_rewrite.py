@@ -179,39 +179,58 @@ def deferred_row_sum(code: str) -> str:
 
 def unroll_by_stages(code: str) -> str:
     """``code`` with ``#pragma unroll S`` before each innermost loop that drives a ring of
-    ``S > 1`` mbarriers: a loop TileLang wrote as ``for (int k = A; k < B; ++k) {`` with no
-    pragma, whose body calls ``tl::wgmma_`` or ``tl::tma_load`` and indexes barrier arrays
-    (declared ``__shared__ __align__(16) uint64_t NAME_mem[S];``) with a computed stage
-    (``NAME[(`` ...), all of one depth ``S``. A loop that contains such a loop is left (a
-    persistent tile loop around its key loop), as is one whose rings differ in depth.
-    Trip counts may be dynamic (nvcc adds the remainder). Text with no such loop is
-    returned unchanged (a split-KV combine kernel, a GEMM of one K step).
+    mbarriers by its own counter: a loop TileLang wrote as ``for (int k = A; k < B; ++k) {``
+    with no pragma, whose body calls ``tl::wgmma_`` or ``tl::tma_load`` and indexes barrier
+    arrays (declared ``__shared__ __align__(16) uint64_t NAME_mem[N];``, ``N > 1``) with a
+    stage computed from the counter, ``NAME[((k + 1) % S)]`` or ``NAME[((k + 1) & (S - 1))]``,
+    all of one ``S > 1``. ``S`` is read from the index, not from ``N`` (a ring may share
+    one array with other barriers). A loop that contains such a loop is left (a persistent
+    tile loop around its K loop), as is one whose stages differ or whose index is of
+    another form. Trip counts may be dynamic (nvcc adds the remainder). Text with no such
+    loop is returned unchanged (a split-KV combine kernel, a GEMM of one K step).
     """
-    rings = {name: int(depth) for name, depth in re.findall(
-        r"^\s*__shared__ __align__\(16\) uint64_t (\w+)_mem\[(\d+)\];$", code, re.MULTILINE)}
+    rings = {name for name, n in re.findall(
+        r"^\s*__shared__ __align__\(16\) uint64_t (\w+)_mem\[(\d+)\];$", code, re.MULTILINE)
+        if int(n) > 1}
+
+    def block_end(at: int, open_: str, close: str) -> int:
+        depth = 0
+        for i in range(at, len(code)):
+            depth += (code[i] == open_) - (code[i] == close)
+            if depth == 0:
+                return i
+        return len(code)
+
     found = []
     for m in re.finditer(r"^([ \t]*)for \(int (\w+) = [^;]+; \2 < [^;]+; \+\+\2\) \{$",
                          code, re.MULTILINE):
         before = code[:m.start()].rstrip().rsplit("\n", 1)[-1].strip()
         if before.startswith("#pragma unroll"):
             continue
-        depth, end = 0, m.end() - 1
-        for end in range(m.end() - 1, len(code)):
-            depth += {"{": 1, "}": -1}.get(code[end], 0)
-            if depth == 0:
-                break
-        body = code[m.end():end]
+        end = block_end(m.end() - 1, "{", "}")
+        body_at, body = m.end(), code[m.end():end]
         if "tl::wgmma_" not in body and "tl::tma_load" not in body:
             continue
-        depths = {rings[n] for n in re.findall(r"\b(\w+)\[\(", body) if rings.get(n, 1) > 1}
-        if len(depths) == 1:
-            found.append((m.start(), end, m.group(1), depths.pop()))
+        stages, counter = set(), re.compile(rf"\b{m.group(2)}\b")
+        for r in re.finditer(r"\b(\w+)\[\(", body):
+            if r.group(1) not in rings:
+                continue
+            index = code[body_at + r.end() - 1:block_end(body_at + r.end() - 2, "[", "]")]
+            mod = re.fullmatch(r"\((.+) ([%&]) (\d+)\)", index)
+            if not counter.search(index) or mod is None:
+                stages.add(None)  # a stage this rewrite cannot read
+            elif mod.group(2) == "&":  # a mask: a power-of-two ring
+                mask = int(mod.group(3))
+                stages.add(mask + 1 if mask & (mask + 1) == 0 else None)
+            else:
+                stages.add(int(mod.group(3)))
+        if len(stages) == 1 and None not in stages and min(stages) > 1:
+            found.append((m.start(), end, m.group(1), stages.pop()))
     inner = [f for f in found
              if not any(f[0] < g[0] and g[1] <= f[1] for g in found if g is not f)]
-    for start, _, pad, stages in sorted(inner, reverse=True):
-        code = code[:start] + f"{pad}#pragma unroll {stages}\n" + code[start:]
+    for start, _, pad, depth in sorted(inner, reverse=True):
+        code = code[:start] + f"{pad}#pragma unroll {depth}\n" + code[start:]
     return code
-
 
 #: Every rewrite by name, in the order a kernel's list is applied.
 REWRITES = {"uniform_wg": uniform_warpgroup_index, "defer_row_sum": deferred_row_sum,

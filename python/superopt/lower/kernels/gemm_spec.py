@@ -226,8 +226,8 @@ class GemmConfig:
             constants instead of a modulo and address arithmetic every K step (the 128×256
             "ws" tile, nvcc 13.0: 86 consumer instructions a K step, in the loop nvcc
             unrolls by 2 itself, become 62). Timed on the H200 (2026-12-03, matmul): a tie
-            (1.003, IQR 0.995-1.017), so not in the search's space. The same kernel text; a
-            kernel with no such loop (one stage) compiles unchanged.
+            (1.003, IQR 0.995-1.017), so not in the search's space. The same kernel text.
+            ``"ws"`` with ``stages >= 2`` only (refused otherwise).
     """
 
     block_m: int
@@ -380,6 +380,10 @@ def check_config_fields(cfg: GemmConfig) -> None:
     if cfg.lean_producer and cfg.schedule != "ws":
         raise LoweringError(f"lean_producer is the \"ws\" schedule's one-warp producer; "
                             f"schedule {cfg.schedule!r} has TileLang's own")
+    if cfg.unroll_stages and (cfg.schedule != "ws" or cfg.stages < 2):
+        raise LoweringError(f"unroll_stages unrolls the \"ws\" schedule's ring loops by their "
+                            f"depth; schedule {cfg.schedule!r} with {cfg.stages} stage(s) has "
+                            "none (TileLang's own pipeline is not unrolled)")
 
 
 def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
