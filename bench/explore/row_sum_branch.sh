@@ -3,7 +3,8 @@
 # warp (row_sum_in_branch: nvcc then issues the sum's FADDs between the MUFU.EX2s, as FA4's
 # loop does, instead of after the last one), checked on the GPU and timed against the
 # space's ping-pong tile without it (time_configs.py, 3 rounds x 3 processes, preheated),
-# early and late rescale, on the reference attention and LLaMA-3's causal GQA prefill, FA4
+# early and late rescale (the GPU tests: the option's, the extreme magnitudes', the
+# unrolled rings' of both families), on the reference attention and LLaMA-3's causal GQA prefill, FA4
 # and SDPA cuDNN beside when their parts are here.
 #   usage (GPU machine, repo root, carrying .gpu; FA4 in a machine's second call):
 #   bash bench/explore/row_sum_branch.sh [tests] [attention] [llama3]
@@ -20,8 +21,8 @@ tc() { timeout 200 python3 bench/explore/time_configs.py "$@" 2>&1 \
          | grep -v "Warning: AnnotateWarpGroupRegAlloc" | tail -8; }
 for what in "$@"; do case $what in
   tests)
-    GPU_TESTS_K="row_sum_in_branch or extreme_score" bash bench/gpu_tests.sh 200 \
-      tests/python/test_gpu_attention.py
+    GPU_TESTS_K="row_sum_in_branch or extreme_score or unroll" bash bench/gpu_tests.sh 260 \
+      tests/python/test_gpu_attention.py tests/python/test_gpu_gemm.py
     mv "$out/gpu_tests.log" "$out/gpu_tests_row_sum_branch.log" ;;
   attention|llama3)
     spec=attention; [[ $what == llama3 ]] && spec=examples/models/llama3_attention.py:llama3_attention

@@ -327,6 +327,42 @@ def test_extreme_score_magnitudes_bf16(magnitude):
         assert err <= TOL["bfloat16"], (cfg.label(), err)
 
 
+@pytest.mark.parametrize("slow_rows", ["every 64th", "one"])
+def test_row_sum_in_branch_mixed_warps(slow_rows):
+    """``row_sum_in_branch`` where warps disagree: a few query rows score ~1e12 (past the
+    one-FFMA limit: their warp takes the per-element exponent), every other row scores
+    small integers (its warp takes the one-FFMA form). Rows 5, 69, ... (a ping-pong
+    consumer's warp 0 holds rows 16w..16w+15 of each 64) or one row in the whole batch; the
+    two-stage ping-pong tile of the space (two KV splits here) with the option, without the
+    deferred row sum, with the late rescale, and unsplit; bf16 against float64. The large rows' scores are exact in
+    fp32 (one non-zero feature), so ties between keys are ties in both."""
+    spec = AttentionSpec(batch=2, tq=256, tkv=640, dqk=128, dv=128, dtype="bfloat16")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randint(-1, 2, (2, 256, 128), generator=gen, device="cuda").float()
+    k = torch.randint(-2, 3, (2, 640, 128), generator=gen, device="cuda").float()
+    v = torch.randn(2, 640, 128, generator=gen, device="cuda").bfloat16()
+    q[..., 0] = 0.0
+    k[..., 0] = 1e12 + torch.arange(640, device="cuda") * 1e9
+    rows = (slice(None), slice(5, None, 64)) if slow_rows == "every 64th" else (1, 37)
+    q[rows] = 0.0
+    q[rows + (0,)] = 1.0
+    q, k = q.bfloat16(), k.bfloat16()
+    base = next(c for c in attention_config_space(spec)
+                if c.pingpong and c.block_m == 128 and c.block_n == 128 and c.stages == 2)
+    cfgs = [replace(base, row_sum_in_branch=True, **extra)
+            for extra in ({}, {"defer_row_sum": False}, {"early_rescale": False},
+                          {"splits": 1})]
+    assert all(c.for_spec(spec).row_sum_in_branch for c in cfgs)
+    assert not cfgs[1].defer_row_sum and [c.for_spec(spec).splits for c in cfgs] == [2, 2, 2, 1]
+    ref = _ref(spec, q, k, v)
+    assert torch.isfinite(ref).all()
+    for cfg in [base] + cfgs:
+        o = _run_kernel(spec, cfg, q, k, v)
+        assert torch.isfinite(o).all(), cfg.label()
+        err = float((o.double() - ref).norm() / ref.norm())
+        assert err <= TOL["bfloat16"], (cfg.label(), err)
+
+
 def test_grid_past_65535_heads():
     """100_000 heads (grid y would be 100_000 > 65535): the folded grid launches and every
     head's output matches."""

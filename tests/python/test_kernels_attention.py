@@ -590,6 +590,12 @@ def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):
     first_l = next(ln for ln in cu.split("\n") if allreduce in ln and ln.strip().startswith("l["))
     with pytest.raises(ValueError, match=r"all-reduces of \['rsum'\]"):
         deferred_row_sum(cu.replace(first_l, first_l.replace("l[i_", "l_clear[i_", 1)))
+    with pytest.raises(ValueError, match=r"counted \{'l': 2, 'rsum': 1\}"):
+        deferred_row_sum(cu.replace(first_l, first_l + "\n" + first_l))
+    marker_line = next(ln for ln in cu.split("\n") if ROW_SUM_MARKER in ln)
+    with pytest.raises(ValueError, match="after the marker"):  # the all-reduce moved below
+        deferred_row_sum(cu.replace(first_l + "\n", "").replace(
+            marker_line, marker_line + "\n" + first_l))
     with pytest.raises(ValueError, match="differently"):
         deferred_row_sum(cu.replace("tl::AllReduce<tl::SumOp, 4, 1, 0,",
                                     "tl::AllReduce<tl::SumOp, 4, 2, 0,", 1))
@@ -600,7 +606,6 @@ def test_deferred_row_sum_moves_the_all_reduce_to_the_marker(tmp_path):
     stext = attention_source(spec, split)
     assert stext.count(ROW_SUM_MARKER) == 1
     assert stext.index(ROW_SUM_MARKER) < stext.index("A_part[")
-
 
 
 def test_unroll_stages_unrolls_the_ring_loops_by_their_depth(tmp_path):

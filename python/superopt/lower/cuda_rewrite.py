@@ -131,8 +131,9 @@ def deferred_row_sum(code: str) -> str:
     combine kernel).
 
     Raises:
-        ValueError: anything but exactly one marker on a line of its own with all-reduces
-            of ``l`` (and of ``rsum`` where ``rsum`` is declared), all of one template; no
+        ValueError: anything but exactly one marker on a line of its own after all-reduces
+            of ``l`` (and as many of ``rsum`` where ``rsum`` is declared: one each, or two
+            where the sum is written in both branches), all of one template; no
             ``l`` declaration; or a row-sum all-reduce left afterwards (a form this rewrite
             does not know would count a tile's sum four times).
     """
@@ -154,6 +155,13 @@ def deferred_row_sum(code: str) -> str:
     want = ["l", "rsum"] if re.search(r"^\s*float rsum\[\d+\];$", code, re.MULTILINE) else ["l"]
     if names != want:
         raise refuse(f"all-reduces of {names} where {want} are written")
+    counts = {name: sum(m.group(1) == name for m in found) for name in names}
+    if len(set(counts.values())) != 1 or max(counts.values()) > 2:
+        raise refuse(f"all-reduces counted {counts}: each row sum is written once, or once "
+                     "per branch of the exponent")
+    at = code.index(ROW_SUM_MARKER)
+    if any(m.start() > at for m in found):
+        raise refuse("a row-sum all-reduce after the marker (the sum would be read short)")
     templates = {m.group(3) for m in found}
     if len(templates) != 1:
         raise refuse(f"the row sums are all-reduced differently: {sorted(templates)}")
@@ -231,6 +239,7 @@ def unroll_by_stages(code: str) -> str:
     for start, _, pad, depth in sorted(inner, reverse=True):
         code = code[:start] + f"{pad}#pragma unroll {depth}\n" + code[start:]
     return code
+
 
 #: Every rewrite by name, in the order a kernel's list is applied.
 REWRITES = {"uniform_wg": uniform_warpgroup_index, "defer_row_sum": deferred_row_sum,
