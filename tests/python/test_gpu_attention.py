@@ -173,6 +173,29 @@ def test_split_kv_with_mask_and_empty_splits():
     check_graph(g, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:3])
 
 
+def test_cluster_combine():
+    """Split-KV combined inside the kernel by the head's cluster (``cluster_combine``)
+    against float64: the decode shape at 2, 4 and 8 splits (packed GQA, 64-row tiles), bf16;
+    a sliding window whose splits are mostly empty; and 128-row ping-pong tiles over ragged
+    query rows with fully masked ones (NaN), two consumer warpgroups sharing the combine."""
+    def clustered(*splits, **extra):
+        def pick(space, m):
+            base = [c for c in space if c["k0.schedule"] == "ws" and c["k0.splits"] > 1][:1]
+            base = base or [c for c in space if c["k0.schedule"] == "ws"][:1]
+            return [dict(c, **{"k0.cluster_combine": True, "k0.splits": s}, **extra)
+                    for c in base for s in splits]
+        return pick
+
+    decode = _graph(b=2, g=8, r=4, tq=1, tkv=8192)
+    check_graph(decode, "float16", clustered(2, 4, 8))
+    check_graph(decode, "bfloat16", clustered(2))
+    window = _graph(b=1, g=4, r=4, tq=4, tkv=4096, lo=4 - 4096, hi=4 - 4096 + 299)
+    check_graph(window, "float16", clustered(4))
+    masked = _graph(tq=500, tkv=300, lo=200)
+    check_graph(masked, "float16", clustered(2, **{"k0.block_m": 128, "k0.threads": 384,
+                                                   "k0.block_n": 64, "k0.pingpong": True}))
+
+
 def test_turn_by_id():
     """Ping-pong turns as one ``bar.sync``/``bar.arrive`` with a computed barrier id
     (``turn_by_id``): two and three consumer warpgroups, causal GQA with ragged tiles and

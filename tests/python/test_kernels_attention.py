@@ -459,8 +459,10 @@ def test_split_kv_decode(tmp_path):
     spec = AttentionSpec(batch=256, tq=1, tkv=8192, dqk=128, dv=128, scale=128 ** -0.5,
                          kv_group=4)
     space = attention_config_space(spec)
-    best = space[0]
+    assert space[0].splits > 1 and space[0].pack_gqa and space[0].cluster_combine
+    best = next(c for c in space if not c.cluster_combine)  # the two-kernel form
     assert best.splits > 1 and best.pack_gqa, best.label()
+    assert replace(best, cluster_combine=True) in space
     src = attention_source(spec, best)
     assert "def build_attention_combine():" in src and "O_part: T.Tensor(" in src
     plan = best.launch_plan(spec)
@@ -475,6 +477,48 @@ def test_split_kv_decode(tmp_path):
     assert info["attention_combine_kernel"]["grid"] == (1, 64, 1) and "exp2f(" in cu
     with pytest.raises(LoweringError, match="splits"):
         AttentionConfig(block_m=64, block_n=128, stages=2, threads=256, splits=0)
+
+
+def test_cluster_combine_one_launch(tmp_path):
+    """``cluster_combine``: a head's splits are one cluster along z and the kernel combines
+    its partials itself, so the launch plan is one launch over the scratch and O; every
+    thread arrives at the cluster barrier once (the producer at the end of its branch, the
+    consumers after the partial store, then wait), the kernel waits for the grid before it
+    (TileLang launches clusters with programmatic serialisation allowed), and nvcc keeps
+    the partials' loads after the wait (the barrier is a memory barrier for it)."""
+    from superopt.lower import tl
+    from superopt.lower.kernels.attention_online_softmax import CLUSTER_ARRIVE, CLUSTER_WAIT
+
+    spec = AttentionSpec(batch=256, tq=1, tkv=8192, dqk=128, dv=128, kv_group=4)
+    cfg = AttentionConfig(block_m=64, block_n=128, stages=2, threads=256, pack_gqa=True,
+                          splits=2, cluster_combine=True, defer_row_sum=True)
+    assert cfg.label() == "ws_m64n128s2t256_kv2_gqa_dsum_ccomb"
+    assert not replace(cfg, splits=1).cluster_combine  # nothing to combine
+    assert not AttentionConfig(block_m=128, block_n=64, stages=2, threads=256, splits=2,
+                               schedule="pipelined", cluster_combine=True).cluster_combine
+    with pytest.raises(LoweringError, match="at most 8 blocks"):
+        replace(cfg, splits=16)
+    plan = cfg.launch_plan(spec)
+    assert plan.funcs == ("attention",) and len(plan.calls) == 1
+    assert [b.name for b in plan.scratch] == ["o_part", "m_part", "a_part"]
+    assert [a[0] for a in plan.calls[0].args] == ["param"] * 3 + ["scratch"] * 3 + ["output"]
+    src = attention_source(spec, cfg)
+    assert "def build_attention_combine" not in src and "cluster_dims=(1, 1, 2)" in src
+    path = tmp_path / "attn_ccomb.py"
+    path.write_text("import tilelang\nimport tilelang.language as T\n\n\n" + src)
+    mod = tl.import_module_file(path, name="test_attn_ccomb")
+    cu, info = tl.lower_with_launch_info(mod.build_attention())
+    assert info["attention_kernel"]["grid"] == (1, 64, 2)
+    assert info["attention_kernel"]["cluster"] == (1, 1, 2)
+    assert cu.count(f"{CLUSTER_ARRIVE}();") == 2 and cu.count(f"{CLUSTER_WAIT}();") == 1
+    assert cu.index("cudaGridDependencySynchronize();") < cu.index("tl::tma_load(")
+    producer, consumers = cu.split("} else {", 1)[0], cu.rsplit(f"{CLUSTER_WAIT}();", 1)
+    assert f"{CLUSTER_ARRIVE}();" in producer.rsplit("tl::tma_load(", 1)[1]
+    after = consumers[1]
+    assert "M_part[" in after and "O_part[" in after and "exp2f(" in after
+    assert re.search(r"\bO\[.*\] = \(\(half_t\)", after)  # O written after the wait
+    # the combine reads the partials (two splits) in fp32 and writes half the columns
+    assert "for (int cz = 0; cz < 2; ++cz)" in after
 
 
 def test_lean_producer(tmp_path):
@@ -828,18 +872,25 @@ def test_matcher_scale_mask_gqa_softcap(tmp_path):
 
 
 def test_split_kv_module_launcher():
-    """The generated module launches the split kernel into scratch, then the combine."""
+    """The generated module launches the split kernel into scratch, then the combine; with
+    ``cluster_combine``, the one kernel over the scratch and the output."""
     from superopt.lower import lower_plan
     from superopt.lower.config import config_space
 
     m = _online_match(_graph(tq=1, tkv=4096, g=8, r=4))
-    flat = [c for c in config_space(m, limit=40) if c["k0.splits"] > 1][0]
+    space = [c for c in config_space(m, limit=40) if c["k0.splits"] > 1]
+    flat = next(c for c in space if not c["k0.cluster_combine"] and c["k0.splits"] <= 8)
     text = lower_plan(m, flat).source
     assert "k0_attention_o_part = torch.empty(" in text
     assert "'k0_attention_combine': tilelang.compile(build_k0_attention_combine()" in text
     launch = text[text.index("def launch("):]
     assert launch.index("k0_attention(") < launch.index("k0_attention_combine(")
     assert "k0_attention_combine(k0_attention_o_part, k0_attention_m_part, " in launch
+    text = lower_plan(m, dict(flat, **{"k0.cluster_combine": True})).source
+    assert "k0_attention_o_part = torch.empty(" in text and "attention_combine" not in text
+    launch = text[text.index("def launch("):]
+    assert launch.count("k0_attention(") == 1
+    assert re.search(r"k0_attention_m_part, k0_attention_a_part, out\.view\(", launch)
 
 
 def test_programmatic_dependent_launch_option(tmp_path):

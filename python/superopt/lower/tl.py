@@ -55,9 +55,10 @@ def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False,
 
     Returns:
         ``(cuda_source, info)``; ``info`` maps each device kernel name to
-        ``{"dyn_shared_bytes": int, "grid": (x, y, z), "block": (x, y, z)}``: the dynamic
-        shared memory TileLang's planner allocated and the launch extents (the block
-        includes the producer warpgroup TileLang adds to warp-specialised kernels).
+        ``{"dyn_shared_bytes": int, "grid": (x, y, z), "block": (x, y, z), "cluster":
+        (x, y, z)}``: the dynamic shared memory TileLang's planner allocated, the launch
+        extents (the block includes the producer warpgroup TileLang adds to
+        warp-specialised kernels) and the thread-block cluster (``(1, 1, 1)``: none).
 
     Raises:
         What :func:`lower_to_cuda` raises.
@@ -83,6 +84,8 @@ def lower_with_launch_info(prim_func: Any, *, device_compile: bool = False,
             "dyn_shared_bytes": int(attrs["dyn_shared_memory_buf"]) if "dyn_shared_memory_buf" in attrs else 0,
             "grid": tuple(extent.get(f"blockIdx.{a}", 1) for a in "xyz"),
             "block": tuple(extent.get(f"threadIdx.{a}", 1) for a in "xyz"),
+            "cluster": (tuple(int(v) for v in attrs["cluster_dims"])
+                        if "cluster_dims" in attrs else (1, 1, 1)),
         }
     return (source if device_compile else apply_rewrites(source, rewrites)), info
 

@@ -108,7 +108,8 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
     ``cfg.pack_gqa`` Q and O are viewed ``[kv_batch, kv_group * tq, d]``. With
     ``cfg.splits > 1`` it writes the fp32 scratch ``O_part[splits, b, rows, dv]``,
     ``M_part``/``A_part[splits, b, rows]`` instead of O, and ``<name>_combine(O_part,
-    M_part, A_part, O)`` writes O (:mod:`.attention_launch` declares the two launches).
+    M_part, A_part, O)`` writes O (:meth:`.AttentionConfig.launch_plan` declares the launches);
+    with ``cfg.cluster_combine`` the kernel takes the scratch and O and writes both.
     Grid: ``(ceil(rows / block_m), b[, splits])``, the batch folded into x past grid y's
     limit; block: ``cfg.threads`` (``"pipelined"``: plus TileLang's producer warpgroup).
 
@@ -148,7 +149,7 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
                 e(f'O_part: T.Tensor(({sh}, {spec.dv}), "float32"),')
                 e(f'M_part: T.Tensor(({sh}), "float32"),')
                 e(f'A_part: T.Tensor(({sh}), "float32"),')
-            else:
+            if cfg.splits == 1 or cfg.cluster_combine:
                 e(f'O: T.Tensor(({lay.batch}, {lay.rows}, {spec.dv}), "{dt}"),')
         e("):")
         with e.indent():
@@ -160,7 +161,7 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
                 _write_pipelined_body(e, spec, cfg)
         e()
         e(f"return {spec.name}")
-    if cfg.splits > 1:
+    if cfg.splits > 1 and not cfg.cluster_combine:
         e()
         e()
         _write_combine(e, spec, cfg)

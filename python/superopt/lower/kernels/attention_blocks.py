@@ -177,15 +177,18 @@ def write_kernel_header(e: Lines, spec: AttentionSpec, cfg: AttentionConfig,
     grid = grid_shape(m_tiles, lay.batch, cfg.splits, heaviest_first=reverse)
     split = cfg.splits > 1
     folded = grid[0] != m_tiles  # batch 1: the same order either way
+    # cluster_combine: a head's splits are one cluster along z
+    cluster = f", cluster_dims=(1, 1, {cfg.splits})" if cfg.cluster_combine else ""
     if not folded and not split:
         e(f"with T.Kernel({m_tiles}, {lay.batch}, threads={threads}) as (bx, bz):")
     elif not folded:
-        e(f"with T.Kernel({m_tiles}, {lay.batch}, {cfg.splits}, threads={threads}) "
+        e(f"with T.Kernel({m_tiles}, {lay.batch}, {cfg.splits}, threads={threads}{cluster}) "
           "as (bx, bz, sz):")
     elif not split:
         e(f"with T.Kernel({grid[0]}, threads={threads}) as bxz:")
     else:
-        e(f"with T.Kernel({grid[0]}, 1, {cfg.splits}, threads={threads}) as (bxz, by, sz):")
+        e(f"with T.Kernel({grid[0]}, 1, {cfg.splits}, threads={threads}{cluster}) "
+          "as (bxz, by, sz):")
     e.indent()
     if folded and reverse:
         _write_heaviest_first(e, m_tiles, lay.batch, section_size(spec, lay))

@@ -56,6 +56,13 @@ NEG_INF = '-T.infinity("float32")'
 #: The row-state fragments the update uses (``first``-tile kernels need fewer).
 ROW_STATE = ("m", "mr", "msc", "dev", "l", "rinv")
 ROW_STATE_STEADY = ("m_prev", "dev_prev", "alpha", "rsum")
+#: CUDA's cluster barrier (``crt/sm_90_rt.h``): ``barrier.cluster.arrive`` (release) and
+#: ``barrier.cluster.wait`` (acquire), not ``.aligned`` (callable from divergent code), and
+#: compiler memory barriers (TileLang's ``tl::cluster_*`` are ``asm volatile`` without a
+#: memory clobber, so nvcc could hoist the partials' loads above the wait).
+CLUSTER_ARRIVE, CLUSTER_WAIT = "__cluster_barrier_arrive", "__cluster_barrier_wait"
+#: The scalars :func:`write_cluster_combine` updates (``T.alloc_var`` in the kernel's head).
+CLUSTER_COMBINE_VARS = ("cmax", "cden", "cacc", "cw")
 
 
 def _lit(x: float) -> str:
@@ -215,3 +222,49 @@ def write_partial_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, 
             e(f"M_part[{z}, {bz}, {r0} + i] = m[i]")
             e(f"A_part[{z}, {bz}, {r0} + i] = T.if_then_else(l[i] > 0.0, "
               f"dev[i] + {_log(spec, 'l[i]')}, {NEG_INF})")
+
+
+def write_cluster_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, z: str,
+                          bz: str, r0: str, rows: int, threads: int) -> None:
+    """``cluster_combine``: after this block's :func:`write_partial_store`, the cluster
+    barrier (``barrier.cluster.arrive`` has release and ``.wait`` acquire semantics at
+    cluster scope, so every block's partials are visible to the others; every thread of
+    every block arrives once, the producer's at the end of its branch), then the combine
+    of the split-KV combine kernel for this block's share: rows ``[r0, r0 + block_m)``
+    (past ``rows`` skipped), columns ``[z w, (z + 1) w)``, ``w = ceil(dv / splits)``, one
+    element per consumer thread (``threads`` of them, ``tx`` their index) a step::
+
+        M = max_z m_z (0 when every split saw no key);  w_z = 2^((m_z - M) c + a_z)
+        O = sum_z (w_z > 0 ? w_z O_z : 0) * (sum_z w_z > 0 ? 1 / sum_z w_z : inf)
+
+    (NaN when every split was empty, as the combine kernel writes)."""
+    sp, dv, bm = cfg.splits, spec.dv, cfg.block_m
+    width = -(-dv // sp)
+    c = repr(float(spec.score_factor))
+    exp = "T.exp2" if spec.use_exp2 else "T.exp"
+    e(f'T.call_extern("handle", "{CLUSTER_ARRIVE}")')
+    e(f'T.call_extern("handle", "{CLUSTER_WAIT}")')
+    n_el = f"T.min({bm}, {rows} - ({r0})) * {width}"
+    e(f"for it in T.serial(({n_el} + {threads - 1}) // {threads}):")
+    with e.indent():
+        e(f"cidx = it * {threads} + tx")
+        e(f"crow = {r0} + cidx // {width}")
+        e(f"ccol = {z} * {width} + cidx % {width}")
+        e(f"if cidx < {n_el} and ccol < {dv}:")
+        with e.indent():
+            e(f"cmax = {NEG_INF}")
+            e(f"for cz in T.serial({sp}):")
+            with e.indent():
+                e(f"cmax = T.max(cmax, M_part[cz, {bz}, crow])")
+            e(f'cmax = T.if_then_else(cmax == {NEG_INF}, 0.0, cmax)')
+            e("cden = 0.0")
+            e("cacc = 0.0")
+            e(f"for cz in T.serial({sp}):")
+            with e.indent():
+                e(f"cw = {exp}(T.fma(M_part[cz, {bz}, crow] - cmax, {c}, "
+                  f"A_part[cz, {bz}, crow]))")
+                e("cden = cden + cw")
+                e(f"cacc = cacc + T.if_then_else(cw > 0.0, cw * O_part[cz, {bz}, crow, ccol], "
+                  "0.0)")
+            e(f"O[{bz}, crow, ccol] = T.Cast(\"{spec.dtype}\", cacc * T.if_then_else("
+              'cden > 0.0, 1.0 / cden, T.infinity("float32")))')

@@ -21,7 +21,8 @@ from dataclasses import replace
 
 from ...dtypes import itemsize
 from ..target import HOPPER
-from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout
+from .attention_spec import (MAX_CLUSTER, AttentionConfig, AttentionSpec, o_staging, padded_dim,
+                             q_layout)
 from .tiling import ceil_div, round_up
 
 #: Dynamic shared memory one block may use on sm_90 (227 KiB; :mod:`..target`).
@@ -169,7 +170,8 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     cost = (max(work / eff, kv_bytes * _BYTE / 2) + per_tile + fill) * wave_factor
     if cfg.splits > 1:
         partial_bytes = cfg.splits * lay.batch * lay.rows * (dv + 2) * 4 * 2
-        cost += partial_bytes * _BYTE + _LAUNCH
+        # the combine: a second launch, or the cluster's own blocks after a barrier
+        cost += partial_bytes * _BYTE + (0.0 if cfg.cluster_combine else _LAUNCH)
     return cost
 
 
@@ -255,7 +257,9 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
 
 def _split_variants(spec: AttentionSpec, cands: list[AttentionConfig]) -> list[AttentionConfig]:
     """Split-KV twins of ``cands`` for a grid that leaves SMs idle: ``splits`` doubling
-    while the grid stays within two waves and every split keeps two key tiles or more."""
+    while the grid stays within two waves and every split keeps two key tiles or more;
+    each ``"ws"`` twin of at most :data:`~.attention_spec.MAX_CLUSTER` splits also with
+    the combine inside the kernel (``cluster_combine``)."""
     out = []
     for c in cands:
         lay = q_layout(spec, c.for_spec(spec))
@@ -265,5 +269,7 @@ def _split_variants(spec: AttentionSpec, cands: list[AttentionConfig]) -> list[A
         while ctas * sp <= 2 * NUM_SMS and nk // sp >= 2:
             if ctas < NUM_SMS:
                 out.append(replace(c, splits=sp))
+                if c.schedule == "ws" and sp <= MAX_CLUSTER:
+                    out.append(replace(c, splits=sp, cluster_combine=True))
             sp *= 2
     return out

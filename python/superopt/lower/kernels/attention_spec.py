@@ -30,6 +30,9 @@ from ..target import HOPPER
 from .spec_checks import check_dtype
 from .tiling import ceil_div, round_up
 
+#: The most blocks a portable thread-block cluster holds (CUDA's portable limit on SM90).
+MAX_CLUSTER = 8
+
 #: The values of :attr:`AttentionConfig.schedule`.
 SCHEDULES = ("ws", "pipelined")
 #: Most elements one tensor may have: TileLang indexes buffers with int32.
@@ -209,6 +212,16 @@ class AttentionConfig:
             the last of them (nvcc 13.0 keeps a branch's instructions inside it). The same
             arithmetic; a warp with one large-magnitude row takes the per-element form for
             all its rows, which is exact for every row.
+        cluster_combine: ``"ws"`` with ``splits > 1`` only (normalised to False
+            otherwise; at most :data:`MAX_CLUSTER` splits): the split-KV combine inside the
+            kernel instead of a second launch. A head's splits are one thread-block
+            cluster (``cluster_dims=(1, 1, splits)``); each block stores its fp32 partial
+            as before, the cluster meets at ``barrier.cluster`` (release/acquire at cluster
+            scope: the partials written by one block are visible to the others), and then
+            block ``z`` of the cluster combines columns ``[z dv / splits, (z + 1) dv /
+            splits)`` of the tile's rows from the partials (L2-resident) into O, with the
+            combine kernel's arithmetic. Saves the second launch and its drain (decode:
+            the combine is a few µs of a ~65 µs kernel).
     """
 
     block_m: int
@@ -228,6 +241,7 @@ class AttentionConfig:
     turn_by_id: bool = False
     unroll_stages: bool = False
     row_sum_in_branch: bool = False
+    cluster_combine: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -281,6 +295,12 @@ class AttentionConfig:
             object.__setattr__(self, "unroll_stages", False)
         if self.schedule != "ws":
             object.__setattr__(self, "row_sum_in_branch", False)
+        if self.schedule != "ws" or self.splits == 1:
+            object.__setattr__(self, "cluster_combine", False)
+        if self.cluster_combine and self.splits > MAX_CLUSTER:
+            raise LoweringError(f"cluster_combine puts a head's {self.splits} splits in one "
+                                f"cluster; a portable cluster holds at most {MAX_CLUSTER} "
+                                "blocks")
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -301,6 +321,7 @@ class AttentionConfig:
         tag += "_tid" if self.turn_by_id else ""
         tag += "_unr" if self.unroll_stages else ""
         tag += "_rsb" if self.row_sum_in_branch else ""
+        tag += "_ccomb" if self.cluster_combine else ""
         return tag + ("" if self.fast_math else "_nofm")
 
     def cuda_rewrites(self) -> tuple[str, ...]:
@@ -314,7 +335,8 @@ class AttentionConfig:
         """The launches of this configuration when they are not the one default launch
         ``name(Q, K, V, O)`` over the matcher's views: packed GQA views Q and O as
         ``[kv_batch, kv_group * tq, d]``; split-KV launches the kernel into fp32 scratch
-        and then its combine (:func:`~.attention.attention_source`). None: the default."""
+        and then its combine (:func:`~.attention.attention_source`), or, with
+        ``cluster_combine``, one launch that writes the scratch and O. None: the default."""
         cfg = self.for_spec(spec)
         lay = q_layout(spec, cfg)
         if not lay.packed and cfg.splits == 1:
@@ -329,6 +351,9 @@ class AttentionConfig:
                    ScratchBuffer("m_part", rows, "float32"),
                    ScratchBuffer("a_part", rows, "float32"))
         parts = tuple(("scratch", b.name) for b in scratch)
+        if cfg.cluster_combine:  # one launch: the cluster combines its own partials
+            return LaunchPlan((spec.name,), scratch,
+                              (LaunchCall(spec.name, ins + parts + (("output", ov),)),))
         combine = f"{spec.name}_combine"
         return LaunchPlan((spec.name, combine), scratch,
                           (LaunchCall(spec.name, ins + parts),

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from ..emit import Lines
 from .attention_blocks import write_kernel_header
-from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, write_mask,
+from .attention_online_softmax import (CLUSTER_ARRIVE, CLUSTER_COMBINE_VARS, ROW_STATE, ROW_STATE_STEADY,
+                                       write_cluster_combine, write_mask,
                                        write_normalise_and_store, write_partial_store,
                                        write_score_prologue, write_softmax_update)
 from .attention_space import WS_PRODUCER_REGS, ws_blocks_per_sm, ws_consumer_registers
@@ -201,16 +202,22 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     for name in ROW_STATE + (ROW_STATE_STEADY if multi else ()):
         e(f'{name} = T.alloc_fragment(({bm},), "float32")')
     e('slow = T.alloc_var("int32")')
+    if cfg.cluster_combine:  # the combine's running values (mutable scalars)
+        for name in CLUSTER_COMBINE_VARS:
+            e(f'{name} = T.alloc_var("float32")')
     e(f"q_full = T.alloc_barrier({loaders})")
     e(f"k_full = T.alloc_barrier([{loaders}] * {st})")
     e(f"v_full = T.alloc_barrier([{loaders}] * {st})")
     e(f"k_empty = T.alloc_barrier([{ncons}] * {st})")
     e(f"v_empty = T.alloc_barrier([{ncons}] * {st})")
     e("tx = T.get_thread_binding()")
-    if cfg.pdl:
+    if cfg.pdl or cfg.cluster_combine:
         # programmatic dependent launch: the grid before this one complete (its writes
-        # visible) before any global access here; the next grid may launch from now on
+        # visible) before any global access here (TileLang's runtime launches a cluster
+        # kernel with programmatic serialisation allowed, so a cluster kernel needs the
+        # wait too); with pdl the next grid may launch from now on
         e("T.pdl_sync()")
+    if cfg.pdl:
         e("T.pdl_trigger()")
 
     # ---- producer warpgroup
@@ -232,6 +239,8 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
         load_v(last_it())
         if cfg.lean_producer:
             e.dedent()
+        if cfg.cluster_combine:  # the cluster barrier counts every thread once
+            e(f'T.call_extern("handle", "{CLUSTER_ARRIVE}")')
 
     # ---- consumer warpgroups
     e("else:")
@@ -307,6 +316,9 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
         e(f"T.mbarrier_arrive(v_empty[{stage(last)}])")
         if split:
             write_partial_store(e, spec, cfg, z=blk.z, bz="bz", r0=blk.r0, rows=blk.lay.rows)
+            if cfg.cluster_combine:
+                write_cluster_combine(e, spec, cfg, z=blk.z, bz="bz", r0=blk.r0,
+                                      rows=blk.lay.rows, threads=ncons)
         else:
             write_normalise_and_store(e, spec, cfg, o_buf, f"O[bz, {rows}, :]")
     e.dedent()
