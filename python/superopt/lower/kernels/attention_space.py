@@ -204,9 +204,11 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     compiles its ring loops unrolled by the stages (``unroll_stages``; the H200 on
     2026-12-03, the ping-pong tile against the same without, two calls: reference attention
     1.015 (IQR 1.010-1.021) and 1.019 (1.016-1.035), LLaMA-3 causal GQA 1.014
-    (1.011-1.030); three- and four-stage tiles are not timed with it and stay rolled). (The
-    options timed as ties on the H200, ``uniform_wg``, ``pdl`` and ``turn_by_id``, are
-    explicit only.)
+    (1.011-1.030); three- and four-stage tiles are not timed with it and stay rolled). Split
+    twins of at most 8 splits come in both combines, a second kernel and the cluster's own
+    (``cluster_combine``; the H200 on 2026-12-04, LLaMA-3 decode's 64x128 tile at 2 splits:
+    1.032 (IQR 1.026-1.033) the two-kernel form). (The options timed as ties on the H200,
+    ``uniform_wg``, ``pdl``, ``turn_by_id`` and ``row_sum_in_branch``, are explicit only.)
     """
     cands: list[AttentionConfig] = []
     ws_shapes = [
