@@ -175,7 +175,8 @@ def test_split_kv_with_mask_and_empty_splits():
 
 def test_cluster_combine():
     """Split-KV combined inside the kernel by the head's cluster (``cluster_combine``)
-    against float64: the decode shape at 2, 4 and 8 splits (packed GQA, 64-row tiles), bf16;
+    against float64: the decode shape at 2, 4 and 8 splits (packed GQA, 64-row tiles), bf16,
+    a lean producer, 3 splits with pdl;
     a sliding window whose splits are mostly empty; and 128-row ping-pong tiles over ragged
     query rows with fully masked ones (NaN), two consumer warpgroups sharing the combine."""
     def clustered(*splits, **extra):
@@ -189,6 +190,10 @@ def test_cluster_combine():
     decode = _graph(b=2, g=8, r=4, tq=1, tkv=8192)
     check_graph(decode, "float16", clustered(2, 4, 8))
     check_graph(decode, "bfloat16", clustered(2))
+    # one producer warp loading (three exit early), the pdl option, and 3 splits of 128
+    # value columns (slices of 43: the last block's is 42 wide)
+    check_graph(decode, "float16", clustered(2, **{"k0.lean_producer": True}))
+    check_graph(decode, "float16", clustered(3, **{"k0.pdl": True}))
     window = _graph(b=1, g=4, r=4, tq=4, tkv=4096, lo=4 - 4096, hi=4 - 4096 + 299)
     check_graph(window, "float16", clustered(4))
     masked = _graph(tq=500, tkv=300, lo=200)

@@ -420,6 +420,40 @@ def test_lean_producer_ws(iso, tmp_path, spec, cfg):
             assert "for (int w = 0; w < 2; ++w) {" in res["cuda"]
 
 
+@pytest.mark.parametrize("spec,cfg", [
+    (GemmSpec(1, 1000, 2000, 1000, "kn", dual=True, name="dual_cluster",
+              epilogue="{acc} / (1.0 + T.exp(-{acc})) * {acc2}"),
+     GemmConfig(128, 128, 64, 4, 256, schedule="ws", dual_mode="split", cluster_m=2)),
+    (GemmSpec(2, 700, 1000, 200, "nk", dual=True, b_batch=1, out_dtype="float32",
+              epilogue="{acc} * {acc2}", name="dual_pws"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", dual_mode="split", persistent=True,
+                unroll_stages=True)),
+    (GemmSpec(1, 1000, 1000, 1000, "kn", dual=True, a_row_sumsq=True, row_inputs=("r",),
+              epilogue="{acc} * {acc2} * T.rsqrt({ss} * {r} + 1e-05)", name="dual_sumsq"),
+     GemmConfig(128, 128, 64, 3, 256, schedule="ws", dual_mode="split", cluster_m=2)),
+    (GemmSpec(1, 256, 512, 384, "kn", dual=True, epilogue="{acc} - {acc2}", name="dual_alias"),
+     GemmConfig(128, 128, 64, 4, 256, schedule="ws", dual_mode="split", c_alias=True)),
+], ids=["cluster", "persistent", "sumsq", "alias"])
+def test_dual_ws(iso, tmp_path, spec, cfg):
+    """A dual GEMM (FFN gate/up: ``epilogue(A @ B, A @ B2)``) on the "ws" schedule, two
+    accumulators of the tile's shape: with a 2-CTA cluster multicasting B and B2 (SwiGLU's
+    epilogue, ragged m, n, k), persistent with the ring across tiles and unrolled (a B
+    shared across the batch, ``nk``, fp32 out), with the producer's sum of squares of A
+    (rmsnorm → gate/up), and with C staged in the ring; against float64."""
+    rng = np.random.default_rng(6)
+    x = _inputs(spec, rng)
+    silu = lambda v: v / (1.0 + np.exp(-v))  # noqa: E731
+    eps = {
+        "dual_cluster": lambda acc, acc2, **_: silu(acc) * acc2,
+        "dual_pws": lambda acc, acc2, **_: acc * acc2,
+        "dual_sumsq": lambda acc, acc2, ss, **_: acc * acc2 / np.sqrt(
+            ss[:, :, None] * x["r"][:, :, None] + 1e-5),
+        "dual_alias": lambda acc, acc2, **_: acc - acc2,
+    }
+    res = check_gemm(iso, tmp_path, spec, cfg, eps[spec.name], seed=6)
+    assert "float acc2[" in res["cuda"] and "tl::wait_wgmma<2>();" in res["cuda"]
+
+
 def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):
     """The cluster's multicast with the ring running across tiles: 20 launches of one
     kernel on the same inputs give bit-identical outputs (a slot overwritten while a peer

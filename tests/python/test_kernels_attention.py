@@ -483,9 +483,11 @@ def test_cluster_combine_one_launch(tmp_path):
     """``cluster_combine``: a head's splits are one cluster along z and the kernel combines
     its partials itself, so the launch plan is one launch over the scratch and O; every
     thread arrives at the cluster barrier once (the producer at the end of its branch, the
-    consumers after the partial store, then wait), the kernel waits for the grid before it
-    (TileLang launches clusters with programmatic serialisation allowed), and nvcc keeps
-    the partials' loads after the wait (the barrier is a memory barrier for it)."""
+    consumers after every store of their partial, then wait, and no partial is stored
+    after it), and the kernel waits for the grid before it (TileLang launches clusters with
+    programmatic serialisation allowed). (That nvcc keeps the partials' loads after the
+    wait was read from the SASS, docs/performance.md; CUDA's cluster barrier intrinsics
+    are memory barriers for the compiler, TileLang's ``tl::cluster_*`` are not.)"""
     from superopt.lower import tl
     from superopt.lower.kernels.attention_online_softmax import CLUSTER_ARRIVE, CLUSTER_WAIT
 
@@ -515,6 +517,11 @@ def test_cluster_combine_one_launch(tmp_path):
     producer, consumers = cu.split("} else {", 1)[0], cu.rsplit(f"{CLUSTER_WAIT}();", 1)
     assert f"{CLUSTER_ARRIVE}();" in producer.rsplit("tl::tma_load(", 1)[1]
     after = consumers[1]
+    cons = cu.split("} else {", 1)[1]
+    arrive = cons.index(f"{CLUSTER_ARRIVE}();")
+    stores = [m.start() for m in re.finditer(r"\b[MA]_part\[[^\]]*\] = |\bO_part \+ \(", cons)]
+    assert len(stores) >= 3 and max(stores) < arrive  # O, M, A partials, all before
+    assert not re.search(r"\b[MA]_part\[[^\]]*\] = |\bO_part \+ \(", after)
     assert "M_part[" in after and "O_part[" in after and "exp2f(" in after
     assert re.search(r"\bO\[.*\] = \(\(half_t\)", after)  # O written after the wait
     # the combine reads the partials (two splits) in fp32 and writes half the columns

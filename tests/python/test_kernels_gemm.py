@@ -116,12 +116,16 @@ def assert_ws_pipeline(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
     flight, and with a cluster: B multicast, cluster-wide empty barriers, exit barrier."""
     assert f"if ({cfg.threads} <= ((int)threadIdx.x)) {{" in cuda
     assert f"warpgroup_reg_dealloc<{producer_regs(spec)}>" in cuda and "warpgroup_reg_alloc<" in cuda
-    assert "tl::wait_wgmma<1>();" in cuda
+    # one K step's batches in flight: a dual GEMM issues two a step (two accumulators)
+    assert f"tl::wait_wgmma<{2 if spec.dual else 1}>();" in cuda
+    if spec.dual:
+        assert cfg.dual_mode == "split" and "float acc2[" in cuda and "B2_desc" in cuda
     wgs = cfg.threads // 128
     count = wgs * cfg.cluster_m if cfg.cluster_m > 1 else cfg.threads
     assert len(re.findall(rf"empty\[\d+\]\.init\({count}\);", cuda)) == cfg.stages
     if cfg.cluster_m > 1:
         assert "tl::tma_load_multicast(B_desc" in cuda
+        assert ("tl::tma_load_multicast(B2_desc" in cuda) == spec.dual
         assert not re.search(r"tma_load_multicast\(A_desc", cuda)
         # consumer release reaches the peer CTA: arrive(cta_id)
         # (one consumer warpgroup: tx % 128 is tx, and TileLang drops the mask)
@@ -461,6 +465,13 @@ def test_check_config_rejects_dual_concat_shapes():
         with pytest.raises(LoweringError, match="block_n >= 128"):
             check_config(SWIGLU, GemmConfig(128, narrow, 64, 3, 256))
     check_config(SWIGLU, GemmConfig(128, 96, 64, 3, 256, dual_mode="split"))
+    # "ws" takes a dual GEMM as two accumulators only (the concat form overran shared memory
+    # on the H200, bench/results/2026-11-30-run8)
+    with pytest.raises(LoweringError, match="dual_mode 'split'"):
+        check_config(SWIGLU, GemmConfig(128, 128, 64, 3, 256, schedule="ws"))
+    check_config(SWIGLU, GemmConfig(128, 128, 64, 3, 256, schedule="ws", dual_mode="split"))
+    space = gemm_config_space(SWIGLU, limit=None)
+    assert {c.dual_mode for c in space if c.schedule == "ws"} == {"split"}
 
 
 @pytest.mark.parametrize("spec", [

@@ -21,8 +21,7 @@ from dataclasses import replace
 
 from ...dtypes import itemsize
 from ..target import HOPPER
-from .attention_spec import (MAX_CLUSTER, AttentionConfig, AttentionSpec, o_staging, padded_dim,
-                             q_layout)
+from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout
 from .tiling import ceil_div, round_up
 
 #: Dynamic shared memory one block may use on sm_90 (227 KiB; :mod:`..target`).
@@ -170,9 +169,34 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     cost = (max(work / eff, kv_bytes * _BYTE / 2) + per_tile + fill) * wave_factor
     if cfg.splits > 1:
         partial_bytes = cfg.splits * lay.batch * lay.rows * (dv + 2) * 4 * 2
-        # the combine: a second launch, or the cluster's own blocks after a barrier
-        cost += partial_bytes * _BYTE + (0.0 if cfg.cluster_combine else _LAUNCH)
+        # the combine: a second launch, or the cluster's own consumers after a barrier,
+        # each step two dependent rounds of L2 reads (the statistics, then the partials)
+        combine = (cluster_combine_steps(spec, cfg) * _COMBINE_STEP if cfg.cluster_combine
+                   else _LAUNCH)
+        cost += partial_bytes * _BYTE + combine
     return cost
+
+
+#: One step of the in-cluster combine (:func:`cluster_combine_steps`): two dependent L2
+#: round trips, about 0.6 µs (H200 L2 latency ~500 cycles at ~1.7 GHz), in cost units.
+_COMBINE_STEP = 0.6e-6 * HOPPER.model_tflops * 1e12 / 2
+#: The most combine steps a cluster twin may take to be offered (decode: 2).
+MAX_COMBINE_STEPS = 4
+#: The most splits a cluster twin of the space has (explicit configurations take up to
+#: :data:`~.attention_spec.MAX_CLUSTER`): on the H200 (2026-12-04, LLaMA-3 decode) two
+#: splits in clusters of two ran 1.03x the two-kernel form, four in clusters of four 0.83x
+#: it with either tile (not profiled; clusters of four may leave a GPC's SMs idle).
+SPACE_MAX_CLUSTER = 2
+
+
+def cluster_combine_steps(spec: AttentionSpec, cfg: AttentionConfig) -> int:
+    """Steps of the in-cluster combine each consumer thread runs (one output element a
+    step): the tile's real rows × its ``ceil(dv / splits)`` columns over the consumer
+    threads (decode, 4 rows × 64 columns over 128 threads: 2)."""
+    cfg = cfg.for_spec(spec)
+    lay = q_layout(spec, cfg)
+    rows = min(cfg.block_m, lay.rows)
+    return ceil_div(rows * ceil_div(spec.dv, cfg.splits), 128 * cfg.consumer_warpgroups)
 
 
 def _fits(spec: AttentionSpec, cfg: AttentionConfig) -> bool:
@@ -205,7 +229,7 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     2026-12-03, the ping-pong tile against the same without, two calls: reference attention
     1.015 (IQR 1.010-1.021) and 1.019 (1.016-1.035), LLaMA-3 causal GQA 1.014
     (1.011-1.030); three- and four-stage tiles are not timed with it and stay rolled). Split
-    twins of at most 8 splits come in both combines, a second kernel and the cluster's own
+    twins of two splits come in both combines, a second kernel and the cluster's own
     (``cluster_combine``; the H200 on 2026-12-04, LLaMA-3 decode's 64x128 tile at 2 splits:
     1.032 (IQR 1.026-1.033) the two-kernel form). (The options timed as ties on the H200,
     ``uniform_wg``, ``pdl``, ``turn_by_id`` and ``row_sum_in_branch``, are explicit only.)
@@ -260,8 +284,9 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
 def _split_variants(spec: AttentionSpec, cands: list[AttentionConfig]) -> list[AttentionConfig]:
     """Split-KV twins of ``cands`` for a grid that leaves SMs idle: ``splits`` doubling
     while the grid stays within two waves and every split keeps two key tiles or more;
-    each ``"ws"`` twin of at most :data:`~.attention_spec.MAX_CLUSTER` splits also with
-    the combine inside the kernel (``cluster_combine``)."""
+    each ``"ws"`` twin of at most :data:`SPACE_MAX_CLUSTER` splits also with the combine
+    inside the kernel (``cluster_combine``) where that combine is short (at most
+    :data:`MAX_COMBINE_STEPS` elements a consumer thread: its steps are serial)."""
     out = []
     for c in cands:
         lay = q_layout(spec, c.for_spec(spec))
@@ -271,7 +296,9 @@ def _split_variants(spec: AttentionSpec, cands: list[AttentionConfig]) -> list[A
         while ctas * sp <= 2 * NUM_SMS and nk // sp >= 2:
             if ctas < NUM_SMS:
                 out.append(replace(c, splits=sp))
-                if c.schedule == "ws" and sp <= MAX_CLUSTER:
-                    out.append(replace(c, splits=sp, cluster_combine=True))
+                if c.schedule == "ws" and sp <= SPACE_MAX_CLUSTER:
+                    twin = replace(c, splits=sp, cluster_combine=True)
+                    if cluster_combine_steps(spec, twin) <= MAX_COMBINE_STEPS:
+                        out.append(twin)
             sp *= 2
     return out

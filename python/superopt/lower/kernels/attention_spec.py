@@ -220,9 +220,10 @@ class AttentionConfig:
             cluster (``cluster_dims=(1, 1, splits)``); each block stores its fp32 partial
             as before, the cluster meets at ``barrier.cluster`` (release/acquire at cluster
             scope: the partials written by one block are visible to the others), and then
-            block ``z`` of the cluster combines columns ``[z dv / splits, (z + 1) dv /
-            splits)`` of the tile's rows from the partials (L2-resident) into O, with the
-            combine kernel's arithmetic. Saves the second launch and its drain (decode:
+            block ``z`` of the cluster combines columns ``[z w, (z + 1) w)``, ``w =
+            ceil(dv / splits)`` (the last blocks may get fewer or none), of the tile's rows
+            from the partials (L2-resident) into O, with the combine kernel's arithmetic,
+            one element per consumer thread a step. Saves the second launch and its drain (decode:
             the combine is a few µs of a ~65 µs kernel).
     """
 

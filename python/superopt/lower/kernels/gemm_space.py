@@ -303,11 +303,12 @@ def _valid_configs(spec: GemmSpec):
         variants = [GemmConfig(bm, bn, bk, stages, threads, swizzle, "full_row",
                                dual_mode=mode, persistent=persistent)
                     for (swizzle, persistent), mode in itertools.product(schedules, modes)]
-        ws = [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
-                         cluster_m=cm) for cm in (2, 1)]
+        ws_dual = "split" if spec.dual else "concat"  # "ws" takes a dual GEMM split
+        ws = [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", dual_mode=ws_dual,
+                         schedule="ws", cluster_m=cm) for cm in (2, 1)]
         if tiles > NUM_SMS:  # a persistent "ws" grid, its ring running on across tiles
-            ws += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", schedule="ws",
-                              cluster_m=cm, persistent=True) for cm in (2, 1)]
+            ws += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", dual_mode=ws_dual,
+                              schedule="ws", cluster_m=cm, persistent=True) for cm in (2, 1)]
         for cfg in variants + ws:
             try:
                 check_config(spec, cfg)

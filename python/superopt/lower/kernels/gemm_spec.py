@@ -449,13 +449,15 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             # one slot: the consumer waits for step 1's data before releasing step 0's slot,
             # which the producer needs to load step 1 (deadlock)
             raise LoweringError(f"schedule 'ws' needs stages >= 2, got {cfg.stages}")
-        if spec.dual:
+        if spec.dual and cfg.dual_mode != "split":
             # Measured on an H200 (bench/results/2026-11-30-run8): every dual "ws" kernel
-            # hit an illegal address. TileLang 0.1.15 infers the split halves' fragment
-            # layout from the 2·block_n-wide accumulator inside the consumer branch, and
-            # the C staging loop then runs past the block_m × block_n shared tile.
-            raise LoweringError("schedule 'ws' does not support dual GEMMs (the epilogue "
-                                "of the split accumulator overruns shared memory)")
+            # of the concat form hit an illegal address. TileLang 0.1.15 infers the halves'
+            # fragment layout from the 2·block_n-wide accumulator inside the consumer
+            # branch, and the C staging loop then runs past the block_m × block_n shared
+            # tile. The split form has two accumulators of the tile's own shape.
+            raise LoweringError("schedule 'ws' multiplies a dual GEMM into two accumulators "
+                                "(dual_mode 'split'); 'concat' (one 2·block_n-wide "
+                                "accumulator, split in the epilogue) overruns shared memory")
         if ceil_div(spec.m, cfg.block_m) % cfg.cluster_m:
             raise LoweringError(f"cluster_m={cfg.cluster_m} must divide the "
                                 f"{ceil_div(spec.m, cfg.block_m)} row tiles")

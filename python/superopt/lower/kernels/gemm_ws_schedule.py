@@ -140,15 +140,24 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     slot, parity = ring.slot, ring.parity
     bzb = f"bz // {s.b_batch_div}" if s.b_batch_div > 1 else "bz"
 
-    def b_src(i: str) -> str:
+    def b_src(i: str, b: str = "B") -> str:
         if nk_layout:
-            return f"B[{bzb}, bx * {bn}:(bx + 1) * {bn}, ({i}) * {bk}:({i} + 1) * {bk}]"
-        return f"B[{bzb}, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
+            return f"{b}[{bzb}, bx * {bn}:(bx + 1) * {bn}, ({i}) * {bk}:({i} + 1) * {bk}]"
+        return f"{b}[{bzb}, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
 
     mc = ", cluster_mask=0b11" if cm == 2 else ""
-    fence = f"T.warpgroup_fence_operand(acc, num_regs={regs_acc})"
-    gemm = (f"T.wgmma_gemm(A_s[{{s}}, :, :], B_s[{{s}}, :, :], acc{tb}, "
-            f"policy=T.GemmWarpPolicy.FullRow)")
+    # a dual GEMM ("split": the only dual form "ws" takes) multiplies each A tile by B and
+    # by B2 into two accumulators of one layout: two wgmma batches per K step
+    accs = ("acc", "acc2") if s.dual else ("acc",)
+
+    def fence() -> None:
+        for a in accs:
+            e(f"T.warpgroup_fence_operand({a}, num_regs={regs_acc})")
+
+    def gemm(slot_: str) -> None:
+        for a, b in zip(accs, ("B", "B2")):
+            e(f"T.wgmma_gemm(A_s[{slot_}, :, :], {b}_s[{slot_}, :, :], {a}{tb}, "
+              "policy=T.GemmWarpPolicy.FullRow)")
 
     if c.persistent:
         units = ws_units(s, c)
@@ -161,9 +170,12 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         open_kernel(e, gemm_grid(s, c), c.threads + 128, cm)
     e(f'A_s = T.alloc_shared(({st}, {bm}, {bk}), "{s.dtype}")')
     e(f'B_s = T.alloc_shared({b_tile}, "{s.dtype}")')
+    if s.dual:
+        e(f'B2_s = T.alloc_shared({b_tile}, "{s.dtype}")')
     if not c.c_alias:
         e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
-    e(f'acc = T.alloc_fragment(({bm}, {bn}), "float32")')
+    for a in accs:
+        e(f'{a} = T.alloc_fragment(({bm}, {bn}), "float32")')
     for r in s.row_inputs:
         e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
     for v in s.col_inputs:
@@ -254,6 +266,9 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
               f"A_s[{slot(g)}, :, :], barrier=full[{slot(g)}])")
             e(f"T.tma_copy({b_src('i')}, B_s[{slot(g)}, :, :], "
               f"barrier=full[{slot(g)}]{mc})")
+            if s.dual:
+                e(f"T.tma_copy({b_src('i', 'B2')}, B2_s[{slot(g)}, :, :], "
+                  f"barrier=full[{slot(g)}]{mc})")
             e(f"T.mbarrier_arrive(full[{slot(g)}])")
             if s.a_row_sumsq and nsteps > lag:
                 e(f"if i >= {lag}:")
@@ -280,20 +295,21 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         if c.persistent:
             tile_loop("g0")
         at = (lambda i: f"g0 + {i}") if c.persistent else (lambda i: i)
-        e("T.clear(acc)")
+        for a in accs:
+            e(f"T.clear({a})")
         e(f"T.mbarrier_wait_parity(full[{slot(at('0'))}], {parity(at('0'))})"
           if c.persistent else "T.mbarrier_wait_parity(full[0], 0)")
-        e(gemm.format(s=slot(at("0")) if c.persistent else "0"))
+        gemm(slot(at("0")) if c.persistent else "0")
         if nsteps > 1:
             e(f"for i in T.serial(1, {nsteps}):")
             with e.indent():
                 e(f"T.mbarrier_wait_parity(full[{slot(at('i'))}], {parity(at('i'))})")
-                e(gemm.format(s=slot(at("i"))))
-                e("T.wait_wgmma(1)")
-                e(fence)
+                gemm(slot(at("i")))
+                e(f"T.wait_wgmma({len(accs)})")  # step i's batches stay in flight
+                fence()
                 ring.release(at("i - 1") if c.persistent else "i - 1")
         e("T.wait_wgmma(0)")
-        e(fence)
+        fence()
         ring.release(at(str(nsteps - 1)) if c.persistent else str(nsteps - 1))
         # --- epilogue (consumers)
         if s.a_row_sumsq:
