@@ -19,13 +19,13 @@ T=block_m=128,block_n=128,block_k=64,threads=256
 W=$T,schedule=ws,dual_mode=split,c_alias=false,persistent=false,swizzle_panel=0
 for what in "$@"; do case $what in
   tests)
-    GPU_TESTS_K="dual_ws or causal_gqa_ragged or deferred_row_sum" bash bench/gpu_tests.sh 230 \
+    GPU_TESTS_K="dual_ws or cluster_combine" bash bench/gpu_tests.sh 280 \
       tests/python/test_gpu_gemm.py tests/python/test_gpu_attention.py
     mv "$out/gpu_tests.log" "$out/gpu_tests_dual_ws.log" ;;
   swiglu)
     tc 200 swiglu "gemm:$T,schedule=auto,dual_mode=concat,stages=4,swizzle_panel=0,persistent=false" \
       "gemm:$W,stages=4,cluster_m=2" "gemm:$W,stages=4,cluster_m=1" \
-      "gemm:$W,stages=3,cluster_m=2" "gemm:$W,stages=4,cluster_m=2,unroll_stages=false" \
+      "gemm:$W,stages=3,cluster_m=2" "gemm:$W,stages=4,cluster_m=2,unroll_stages=true" \
       --peers "torch.compile" --out "$out/dual_ws_swiglu.json" ;;
   llama3_mlp)
     K=k0.block_m=128,k0.block_n=128,k0.block_k=64,k0.threads=256
