@@ -21,8 +21,9 @@ Three variants, by configuration:
 :func:`write_ws_body` writes the prim_func body; :func:`.gemm.gemm_source` wraps it in the
 builder and signature shared by every GEMM schedule and validates the spec and config
 first (:func:`~.gemm_spec.check_config` lists what ``"ws"`` supports: TMA-loadable
-operands, ``stages >= 2``, no dual GEMM, no prologue; a row sum of squares with
-``block_m = 128`` and one tile per block).
+operands, ``stages >= 2``, a dual GEMM in the ``"split"`` form only (two accumulators of
+the tile's shape, two ``wgmma`` batches a K step, B2 in a ring of its own beside B), no
+prologue; a row sum of squares with ``block_m = 128`` and one tile per block).
 
 With ``spec.a_row_sumsq`` (FlashNorm's RMS statistic) the otherwise idle producer warpgroup
 computes it: thread ``r`` of the producer, ``stages - 1`` steps behind its own TMA issue,
@@ -117,6 +118,9 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
                    for i in 1 .. n-1: wait full[s]; issue acc += A_i B_i;
                                       wait_group 1 (step i-1 done); release slot of i-1
                    wait_group 0; release slot of n-1; epilogue; C -> shared -> TMA store
+
+    A dual GEMM loads B2_i beside B_i (the same full barrier) and issues ``acc2 += A_i
+    B2_i`` after ``acc += A_i B_i``: two batches a step, so it waits with ``wait_group 2``.
 
     "Release" is one arrival per consumer warpgroup on the slot's empty barrier of every
     CTA in the cluster (CUTLASS's ``PipelineTmaAsync`` consumer release; lane 0 of warp r
