@@ -424,7 +424,7 @@ def test_lean_producer_ws(iso, tmp_path, spec, cfg):
     (GemmSpec(1, 1000, 2000, 1000, "kn", dual=True, name="dual_cluster",
               epilogue="{acc} / (1.0 + T.exp(-{acc})) * {acc2}"),
      GemmConfig(128, 128, 64, 4, 256, schedule="ws", dual_mode="split", cluster_m=2)),
-    (GemmSpec(2, 700, 1000, 200, "nk", dual=True, b_batch=1, out_dtype="float32",
+    (GemmSpec(2, 700, 2000, 200, "nk", dual=True, b_batch=1, out_dtype="float32",
               epilogue="{acc} * {acc2}", name="dual_pws"),
      GemmConfig(128, 128, 64, 3, 256, schedule="ws", dual_mode="split", persistent=True,
                 unroll_stages=True)),
@@ -438,8 +438,8 @@ def test_lean_producer_ws(iso, tmp_path, spec, cfg):
 def test_dual_ws(iso, tmp_path, spec, cfg):
     """A dual GEMM (FFN gate/up: ``epilogue(A @ B, A @ B2)``) on the "ws" schedule, two
     accumulators of the tile's shape: with a 2-CTA cluster multicasting B and B2 (SwiGLU's
-    epilogue, ragged m, n, k), persistent with the ring across tiles and unrolled (a B
-    shared across the batch, ``nk``, fp32 out), with the producer's sum of squares of A
+    epilogue, ragged m, n, k), persistent with the ring across tiles (192 tiles, two a
+    block) and unrolled (a B shared across the batch, ``nk``, fp32 out), with the producer's sum of squares of A
     (rmsnorm → gate/up), and with C staged in the ring; against float64."""
     rng = np.random.default_rng(6)
     x = _inputs(spec, rng)
@@ -453,6 +453,9 @@ def test_dual_ws(iso, tmp_path, spec, cfg):
     }
     res = check_gemm(iso, tmp_path, spec, cfg, eps[spec.name], seed=6)
     assert "float acc2[" in res["cuda"] and "tl::wait_wgmma<2>();" in res["cuda"]
+    if cfg.persistent:  # 192 tiles on 132 blocks: the ring runs on across tiles, unrolled
+        assert "for (int w = 0; w < 2; ++w) {" in res["cuda"]
+        assert res["cuda"].count("#pragma unroll 3\n") == 2
 
 
 def test_persistent_ws_is_deterministic_across_launches(iso, tmp_path):

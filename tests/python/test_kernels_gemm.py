@@ -112,14 +112,21 @@ def expected_grid(spec: GemmSpec, c: GemmConfig) -> tuple[int, int, int]:
 
 
 def assert_ws_pipeline(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
-    """The "ws" schedule's CUDA: producer warpgroup after the consumers, one wgmma batch in
-    flight, and with a cluster: B multicast, cluster-wide empty barriers, exit barrier."""
+    """The "ws" schedule's CUDA: producer warpgroup after the consumers, one K step's wgmma
+    batch in flight (a dual GEMM's two: the wait, both accumulators fenced, then the
+    previous step's slot released), and with a cluster: B (and B2) multicast, cluster-wide
+    empty barriers, exit barrier."""
     assert f"if ({cfg.threads} <= ((int)threadIdx.x)) {{" in cuda
     assert f"warpgroup_reg_dealloc<{producer_regs(spec)}>" in cuda and "warpgroup_reg_alloc<" in cuda
     # one K step's batches in flight: a dual GEMM issues two a step (two accumulators)
     assert f"tl::wait_wgmma<{2 if spec.dual else 1}>();" in cuda
     if spec.dual:
         assert cfg.dual_mode == "split" and "float acc2[" in cuda and "B2_desc" in cuda
+        if -(-spec.k // cfg.block_k) > 1:  # the steady loop: wait, fence both, release
+            assert re.search(r"tl::wait_wgmma<2>\(\);\s*tl::warpgroup_fence_operand\("
+                             r"reinterpret_cast<float\*>\(acc \+ 0\), \d+\);\s*"
+                             r"tl::warpgroup_fence_operand\(reinterpret_cast<float\*>\("
+                             r"acc2 \+ 0\), \d+\);\s*(if \([^\n]*\) \{\s*)?empty\[", cuda)
     wgs = cfg.threads // 128
     count = wgs * cfg.cluster_m if cfg.cluster_m > 1 else cfg.threads
     assert len(re.findall(rf"empty\[\d+\]\.init\({count}\);", cuda)) == cfg.stages
@@ -456,6 +463,25 @@ def test_config_space_best_first_for_reference_gemms():
 def test_check_config_rejects(cfg, match):
     with pytest.raises(LoweringError, match=match):
         check_config(MATMUL, cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dual_ws_keeps_both_batches_in_flight(tmp_path, persistent):
+    """A dual GEMM on "ws" (SwiGLU's shape, 128x128x64, a 2-CTA cluster): ptxas injects no
+    ``warpgroup.wait`` (C7517) between a step's two batches (with a ``T.clear`` of ``acc2``
+    before the first step it drained ``acc``'s first batch every tile) and spills nothing."""
+    from test_kernels_rows import resource_usage
+
+    cfg = GemmConfig(128, 128, 64, 3 if persistent else 4, 256, schedule="ws",
+                     dual_mode="split", cluster_m=2, persistent=persistent)
+    spec = replace(SWIGLU, m=4096) if persistent else SWIGLU  # several tiles a block
+    cuda, _ = lower(tmp_path, gemm_source(spec, cfg), spec.name)
+    if persistent:
+        assert "for (int w = 0; w < " in cuda
+    use = resource_usage(cuda)
+    assert "C7517" not in use["log"], use["log"][-1500:]
+    assert use["spill_bytes"] == 0
 
 
 def test_check_config_rejects_dual_concat_shapes():

@@ -1046,8 +1046,9 @@ def test_every_rowfused_derivation_of_the_examples_lowers(tmp_path):
 # -- compiled resource usage (nvcc), at LLaMA sizes --------------------------------------------
 
 def resource_usage(cuda: str) -> dict:
-    """Registers, spill bytes and static shared memory nvcc reports for a kernel's CUDA C
-    (compiled as TileLang compiles it: sm_90a, -O3, its template and CUTLASS includes)."""
+    """Registers, spill bytes and the whole log (``ptxas`` warnings) nvcc reports for a
+    kernel's CUDA C (compiled as TileLang compiles it: sm_90a, -O3, its template and
+    CUTLASS includes)."""
     from tilelang.contrib.nvcc import get_nvcc_compiler
     from tilelang.cuda.backend import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
 
@@ -1063,7 +1064,8 @@ def resource_usage(cuda: str) -> dict:
     regs = re.search(r"Used (\d+) registers", out)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     return {"registers": int(regs.group(1)),
-            "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else 0}
+            "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else 0,
+            "log": out}
 
 
 @pytest.mark.slow

@@ -175,7 +175,8 @@ class GemmConfig:
             ``wgmma m64n(2·block_n)k16`` per warpgroup computes both, so the A slice is
             read once per instruction (needs ``block_n <= 128``); the two column halves of
             the accumulator become ``acc`` and ``acc2`` by register renaming. ``"split"``:
-            two ``T.gemm`` calls into two fragments.
+            two GEMMs a K step into two fragments (``T.gemm``; ``"ws"``: two ``wgmma``
+            batches, B2 in a ring of its own). ``"ws"`` takes ``"split"`` only.
         persistent: launch ``min(tiles, NUM_SMS)`` blocks that walk the tiles with
             ``T.Persistent`` (grouped raster order, ``swizzle_panel`` column tiles per
             group, or the largest of 8/4/2/1 dividing the column tiles when 0). The K ring
@@ -185,9 +186,10 @@ class GemmConfig:
             (:mod:`.gemm_ws_schedule`), the producer's ring running on across tiles.
         schedule: ``"auto"``: ``T.Pipelined`` + ``T.gemm``, warp-specialised by TileLang
             (:mod:`.gemm`); ``"ws"``: the hand-written producer/consumer schedule of
-            :mod:`.gemm_ws_schedule` (one wgmma batch kept in flight across K steps).
+            :mod:`.gemm_ws_schedule` (one K step's wgmma batch kept in flight, a dual
+            GEMM's two).
         cluster_m: ``"ws"`` only: CTAs per cluster along the row tiles (1 or 2); with 2,
-            each B tile is loaded once and multicast to both CTAs.
+            each B (and B2) tile is loaded once and multicast to both CTAs.
         c_alias: ``"ws"`` only: stage C through the A ring's slots (the ring is idle once
             the last K step is consumed) instead of a shared tile of its own, so that a
             deeper ring fits (256×128×64 at 4 stages, as cuBLAS's kernel runs); needs C in

@@ -1,10 +1,11 @@
 """The GEMM's ``"ws"`` schedule: a hand-written warp-specialised producer/consumer body.
 
 TileLang's own ``"auto"`` schedule (:mod:`.gemm`) waits for each K step's ``wgmma`` batch
-before releasing its shared-memory slot. This one keeps one batch in flight: the consumer
-warpgroups issue step ``i``, then wait for step ``i - 1`` only, and release its slot; the
-producer warpgroup refills the ring with TMA as slots free. With ``cluster_m == 2`` two
-CTAs over adjacent row tiles share each B tile (TMA multicast).
+before releasing its shared-memory slot. This one keeps one K step's batch in flight (a
+dual GEMM's two): the consumer warpgroups issue step ``i``, then wait for step ``i - 1``
+only, and release its slot; the producer warpgroup refills the ring with TMA as slots free.
+With ``cluster_m == 2`` two CTAs over adjacent row tiles share each B (and B2) tile (TMA
+multicast).
 
 Three variants, by configuration:
 
@@ -158,9 +159,14 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         for a in accs:
             e(f"T.warpgroup_fence_operand({a}, num_regs={regs_acc})")
 
-    def gemm(slot_: str) -> None:
+    def gemm(slot_: str, first: bool = False) -> None:
+        # A dual GEMM's first step overwrites its accumulators (clear_accum) instead of
+        # zero-filling them first: with a T.clear of acc2, nvcc schedules the zero-fill
+        # after acc's first batch and ptxas drains that batch before acc2's (C7517
+        # "warpgroup.wait is injected"), a batch latency every tile.
+        clear = ", clear_accum=True" if first and s.dual else ""
         for a, b in zip(accs, ("B", "B2")):
-            e(f"T.wgmma_gemm(A_s[{slot_}, :, :], {b}_s[{slot_}, :, :], {a}{tb}, "
+            e(f"T.wgmma_gemm(A_s[{slot_}, :, :], {b}_s[{slot_}, :, :], {a}{tb}{clear}, "
               "policy=T.GemmWarpPolicy.FullRow)")
 
     if c.persistent:
@@ -299,11 +305,11 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         if c.persistent:
             tile_loop("g0")
         at = (lambda i: f"g0 + {i}") if c.persistent else (lambda i: i)
-        for a in accs:
-            e(f"T.clear({a})")
+        if not s.dual:
+            e("T.clear(acc)")
         e(f"T.mbarrier_wait_parity(full[{slot(at('0'))}], {parity(at('0'))})"
           if c.persistent else "T.mbarrier_wait_parity(full[0], 0)")
-        gemm(slot(at("0")) if c.persistent else "0")
+        gemm(slot(at("0")) if c.persistent else "0", first=True)
         if nsteps > 1:
             e(f"for i in T.serial(1, {nsteps}):")
             with e.indent():
@@ -330,7 +336,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             # Every K step is consumed (all TMA loads landed, every wgmma waited for), so
             # the A slots are free; each C column chunk of block_k fills one slot with the
             # slot's own swizzled layout, and TMA stores it from there. Only this CTA's
-            # producer writes A slots (the cluster multicasts B only).
+            # producer writes A slots (the cluster multicasts B and B2 only).
             for h in range(bn // bk):
                 e(f"T.copy(acc[:, {h * bk}:{(h + 1) * bk}], A_s[{h}, :, :])")
             for h in range(bn // bk):
