@@ -3,9 +3,9 @@
 # warp (row_sum_in_branch: nvcc then issues the sum's FADDs between the MUFU.EX2s, as FA4's
 # loop does, instead of after the last one), checked on the GPU and timed against the
 # space's ping-pong tile without it (time_configs.py, 3 rounds x 3 processes, preheated),
-# early and late rescale (the GPU tests: the option's, the extreme magnitudes', the
-# unrolled rings' of both families), on the reference attention and LLaMA-3's causal GQA prefill, FA4
-# and SDPA cuDNN beside when their parts are here.
+# early and late rescale, on the reference attention and LLaMA-3's causal GQA prefill, FA4
+# and SDPA cuDNN beside when their parts are here. The GPU tests: the option's, the extreme
+# magnitudes', the unrolled rings' of both families.
 #   usage (GPU machine, repo root, carrying .gpu; FA4 in a machine's second call):
 #   bash bench/explore/row_sum_branch.sh [tests] [attention] [llama3]
 #   SASS first, on the CPU:  python bench/explore/cubins.py attention .cubins/rsb \

@@ -362,8 +362,9 @@ def test_row_sum_in_branch_mixed_warps(slow_rows):
     small integers (its warp takes the one-FFMA form). Rows 5, 69, ... (a ping-pong
     consumer's warp 0 holds rows 16w..16w+15 of each 64) or one row in the whole batch; the
     two-stage ping-pong tile of the space (two KV splits here) with the option, without the
-    deferred row sum, with the late rescale, and unsplit; bf16 against float64. The large rows' scores are exact in
-    fp32 (one non-zero feature), so ties between keys are ties in both."""
+    deferred row sum, with the late rescale, and unsplit; bf16 against float64. The large
+    rows' scores are exact in fp32 (one non-zero feature), so ties between keys are ties in
+    both."""
     spec = AttentionSpec(batch=2, tq=256, tkv=640, dqk=128, dv=128, dtype="bfloat16")
     gen = torch.Generator(device="cuda").manual_seed(7)
     q = torch.randint(-1, 2, (2, 256, 128), generator=gen, device="cuda").float()

@@ -439,8 +439,9 @@ def test_dual_ws(iso, tmp_path, spec, cfg):
     """A dual GEMM (FFN gate/up: ``epilogue(A @ B, A @ B2)``) on the "ws" schedule, two
     accumulators of the tile's shape: with a 2-CTA cluster multicasting B and B2 (SwiGLU's
     epilogue, ragged m, n, k), persistent with the ring across tiles (192 tiles, two a
-    block) and unrolled (a B shared across the batch, ``nk``, fp32 out), with the producer's sum of squares of A
-    (rmsnorm → gate/up), and with C staged in the ring; against float64."""
+    block) and unrolled (a B shared across the batch, ``nk``, fp32 out), with the
+    producer's sum of squares of A (rmsnorm → gate/up), and with C staged in the ring;
+    against float64."""
     rng = np.random.default_rng(6)
     x = _inputs(spec, rng)
     silu = lambda v: v / (1.0 + np.exp(-v))  # noqa: E731

@@ -84,9 +84,10 @@ from __future__ import annotations
 from ...errors import LoweringError
 from ..emit import Lines
 from .attention_blocks import write_kernel_header
-from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, write_mask,
-                                       write_normalise_and_store, write_partial_store,
-                                       write_score_prologue, write_softmax_update)
+from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, combine_terms,
+                                       write_mask, write_normalise_and_store,
+                                       write_partial_store, write_score_prologue,
+                                       write_softmax_update)
 from .attention_space import SMEM_LIMIT_BYTES, attention_smem_bytes
 from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout
 from .attention_ws_schedule import write_ws_body
@@ -250,8 +251,6 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     lay = q_layout(spec, cfg)
     dt, dv, sp = spec.dtype, spec.dv, cfg.splits
     br = COMBINE_ROWS
-    c = repr(float(spec.score_factor))
-    exp = "T.exp2" if spec.use_exp2 else "T.exp"
     name = f"{spec.name}_combine"
     sh = f"{sp}, {lay.batch}, {lay.rows}"
     e(f"def build_{name}():")
@@ -279,6 +278,8 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
                 e("T.fill(den, 0.0)")
                 e("T.fill(acc, 0.0)")
                 r = f"T.min(bx * {br} + i, {lay.rows - 1})"
+                no_key_max, weight, scale = combine_terms(
+                    spec, f"M_part[z, bz, {r}]", "mx[i]", f"A_part[z, bz, {r}]", "den[i]")
                 e(f"for z in T.serial({sp}):")
                 with e.indent():
                     e(f"for i in T.Parallel({br}):")
@@ -286,13 +287,12 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
                         e(f"mx[i] = T.max(mx[i], M_part[z, bz, {r}])")
                 e(f"for i in T.Parallel({br}):")
                 with e.indent():
-                    e('mx[i] = T.if_then_else(mx[i] == -T.infinity("float32"), 0.0, mx[i])')
+                    e(f"mx[i] = {no_key_max}")
                 e(f"for z in T.serial({sp}):")
                 with e.indent():
                     e(f"for i in T.Parallel({br}):")
                     with e.indent():
-                        e(f"w[i] = {exp}(T.fma(M_part[z, bz, {r}] - mx[i], {c}, "
-                          f"A_part[z, bz, {r}]))")
+                        e(f"w[i] = {weight}")
                         e("den[i] = den[i] + w[i]")
                     e(f"for i, j in T.Parallel({br}, {dv}):")
                     with e.indent():
@@ -300,7 +300,7 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
                           f"w[i] * O_part[z, bz, {r}, j], 0.0)")
                 e(f"for i in T.Parallel({br}):")
                 with e.indent():
-                    e('w[i] = T.if_then_else(den[i] > 0.0, 1.0 / den[i], T.infinity("float32"))')
+                    e(f"w[i] = {scale}")
                 e(f"for i, j in T.Parallel({br}, {dv}):")
                 with e.indent():
                     e("acc[i, j] = acc[i, j] * w[i]")

@@ -224,6 +224,18 @@ def write_partial_store(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, 
               f"dev[i] + {_log(spec, 'l[i]')}, {NEG_INF})")
 
 
+def combine_terms(spec: AttentionSpec, m: str, mx: str, a: str, den: str
+                  ) -> tuple[str, str, str]:
+    """The split-KV combine's three expressions, shared by the combine kernel and the
+    in-cluster combine: the row's max with no key seen made 0 (``mx``), a split's weight
+    ``2^((m_z - M) c + a_z)`` (``m``, ``a``: its statistics) and the final scale ``1 /
+    sum w`` (``inf`` where every split was empty, so ``0 · inf`` gives NaN)."""
+    exp = "T.exp2" if spec.use_exp2 else "T.exp"
+    return (f"T.if_then_else({mx} == {NEG_INF}, 0.0, {mx})",
+            f"{exp}(T.fma({m} - {mx}, {repr(float(spec.score_factor))}, {a}))",
+            f'T.if_then_else({den} > 0.0, 1.0 / {den}, T.infinity("float32"))')
+
+
 def write_cluster_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *, z: str,
                           bz: str, r0: str, rows: int, threads: int) -> None:
     """``cluster_combine``: after this block's :func:`write_partial_store`, the cluster
@@ -240,8 +252,8 @@ def write_cluster_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *
     (NaN when every split was empty, as the combine kernel writes)."""
     sp, dv, bm = cfg.splits, spec.dv, cfg.block_m
     width = -(-dv // sp)
-    c = repr(float(spec.score_factor))
-    exp = "T.exp2" if spec.use_exp2 else "T.exp"
+    no_key_max, weight, scale = combine_terms(spec, f"M_part[cz, {bz}, crow]", "cmax",
+                                              f"A_part[cz, {bz}, crow]", "cden")
     e(f'T.call_extern("handle", "{CLUSTER_ARRIVE}")')
     e(f'T.call_extern("handle", "{CLUSTER_WAIT}")')
     n_el = f"T.min({bm}, {rows} - ({r0})) * {width}"
@@ -256,15 +268,13 @@ def write_cluster_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *
             e(f"for cz in T.serial({sp}):")
             with e.indent():
                 e(f"cmax = T.max(cmax, M_part[cz, {bz}, crow])")
-            e(f'cmax = T.if_then_else(cmax == {NEG_INF}, 0.0, cmax)')
+            e(f"cmax = {no_key_max}")
             e("cden = 0.0")
             e("cacc = 0.0")
             e(f"for cz in T.serial({sp}):")
             with e.indent():
-                e(f"cw = {exp}(T.fma(M_part[cz, {bz}, crow] - cmax, {c}, "
-                  f"A_part[cz, {bz}, crow]))")
+                e(f"cw = {weight}")
                 e("cden = cden + cw")
                 e(f"cacc = cacc + T.if_then_else(cw > 0.0, cw * O_part[cz, {bz}, crow, ccol], "
                   "0.0)")
-            e(f"O[{bz}, crow, ccol] = T.Cast(\"{spec.dtype}\", cacc * T.if_then_else("
-              'cden > 0.0, 1.0 / cden, T.infinity("float32")))')
+            e(f'O[{bz}, crow, ccol] = T.Cast("{spec.dtype}", cacc * {scale})')

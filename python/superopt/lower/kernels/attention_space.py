@@ -178,7 +178,8 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
 
 
 #: One step of the in-cluster combine (:func:`cluster_combine_steps`): two dependent L2
-#: round trips, about 0.6 µs (H200 L2 latency ~500 cycles at ~1.7 GHz), in cost units.
+#: round trips, estimated (not measured) at 0.6 µs from an L2 latency of ~500 cycles at
+#: ~1.7 GHz, in cost units.
 _COMBINE_STEP = 0.6e-6 * HOPPER.model_tflops * 1e12 / 2
 #: The most combine steps a cluster twin may take to be offered (decode: 2).
 MAX_COMBINE_STEPS = 4

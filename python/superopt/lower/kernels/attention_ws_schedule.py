@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from ..emit import Lines
 from .attention_blocks import write_kernel_header
-from .attention_online_softmax import (CLUSTER_ARRIVE, CLUSTER_COMBINE_VARS, ROW_STATE, ROW_STATE_STEADY,
-                                       write_cluster_combine, write_mask,
+from .attention_online_softmax import (CLUSTER_ARRIVE, CLUSTER_COMBINE_VARS, ROW_STATE,
+                                       ROW_STATE_STEADY, write_cluster_combine, write_mask,
                                        write_normalise_and_store, write_partial_store,
                                        write_score_prologue, write_softmax_update)
 from .attention_space import WS_PRODUCER_REGS, ws_blocks_per_sm, ws_consumer_registers
