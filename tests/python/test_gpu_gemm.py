@@ -526,6 +526,20 @@ CHAINS = [
                    f_inputs=("b1",), name="chain_mlp"),
      [GemmConfig(64, 64, 64, 3, 128, block_h=128), GemmConfig(128, 128, 64, 2, 256, block_h=64)],
      None, lambda acc, x: acc),
+    # the intermediate (250: two tiles of 128, the last 6 columns past f) computed in tiles
+    # into a whole H_s that every column tile reads; ragged m; the column loop in turn or
+    # pipelined (B2 prefetched by cp.async), B2 "nk" as well
+    (GemmChainSpec(1, 300, 352, 250, 512, "kn", "kn", mid="T.max({acc}, 0.0)",
+                   name="chain_resident"),
+     [GemmConfig(64, 128, 64, 3, 128, col_tiles=4, block_h=128),
+      GemmConfig(64, 64, 64, 2, 128, col_tiles=8, block_h=128, col_stages=2),
+      GemmConfig(64, 64, 64, 2, 128, col_tiles=2, block_h=64, col_stages=2),
+      GemmConfig(128, 64, 64, 2, 256, col_tiles=4, block_h=128)],
+     lambda h: np.maximum(h, 0.0), lambda acc, x: acc),
+    (GemmChainSpec(1, 300, 352, 250, 512, "nk", "nk", mid="{acc} * 0.5",
+                   epilogue="{acc} + {bias}", col_inputs=("bias",), name="chain_resident_nk"),
+     [GemmConfig(64, 64, 64, 2, 128, col_tiles=8, block_h=128, col_stages=2)],
+     lambda h: h * 0.5, lambda acc, x: acc + x["bias"][None, None, :]),
 ]
 
 

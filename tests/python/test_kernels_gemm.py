@@ -683,8 +683,9 @@ def test_match_refuses_an_int32_overflow_before_launch():
     (GemmConfig(128, 128, 64, 3, True), "threads must be an integer"),
     (GemmConfig(128, 128, 64, 3, 256, persistent="yes"), "persistent must be a bool"),
     (GemmConfig(128, 128, 64, 3, 256, schedule=None), "schedule must be a str"),
-    (GemmConfig(128, 128, 64, 3, 256, col_tiles=2), "col_tiles and block_h are for GEMM chains"),
-    (GemmConfig(128, 128, 64, 3, 256, block_h=64), "col_tiles and block_h are for GEMM chains"),
+    (GemmConfig(128, 128, 64, 3, 256, col_tiles=2), "col_tiles, block_h and col_stages are"),
+    (GemmConfig(128, 128, 64, 3, 256, block_h=64), "col_tiles, block_h and col_stages are"),
+    (GemmConfig(128, 128, 64, 3, 256, col_stages=2), "col_tiles, block_h and col_stages are"),
 ])
 def test_config_of_wrong_types_is_a_lowering_error(cfg, match):
     with pytest.raises(LoweringError, match=match):
@@ -1168,6 +1169,16 @@ CHAIN_CASES = [
     (GemmChainSpec(1, 500, 352, 1000, 200, "kn", "nk", mid="T.max({acc} + {b1}, 0.0)",
                    f_inputs=("b1",), name="chain_mlp"),
      GemmConfig(64, 64, 64, 3, 128, block_h=128)),
+    # a GELU MLP of hidden 256 on one warpgroup: two h tiles of 128 kept whole in H_s (the
+    # whole 64x256 acc1 would leave too few registers), read by 8 column tiles; f = 250
+    # leaves the last h tile's columns past f zero
+    (GemmChainSpec(1, 8192, 1024, 250, 1024, "kn", "kn", mid="T.max({acc}, 0.0)",
+                   name="chain_resident"),
+     GemmConfig(64, 128, 64, 3, 128, col_tiles=8, block_h=128)),
+    # the same with its column loop pipelined (the next B2 tile prefetched)
+    (GemmChainSpec(1, 8192, 1024, 250, 1024, "kn", "kn", mid="T.max({acc}, 0.0)",
+                   name="chain_resident_pipelined"),
+     GemmConfig(64, 64, 64, 2, 128, col_tiles=16, block_h=128, col_stages=2)),
 ]
 
 
@@ -1189,11 +1200,22 @@ def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg
     assert re.search(rf"wgmma_ss<[^>]*, 64, {ht}, 16,", cuda)
     assert re.search(rf"wgmma_ss<[^>]*, 64, {cfg.block_n}, 16,", cuda)
     assert "H_s" in cuda and "tl::tma_load(A_desc" in cuda
-    if cfg.col_tiles > 1:
+    if cfg.col_stages == 2:  # cp.async prefetch of the next B2 tile, the last peeled off
+        assert re.search(r"tl::cp_async_gs(_conditional)?<16>", cuda)
+        assert "tl::cp_async_wait<" in cuda
+        if cfg.col_tiles > 2:  # the steady state (two tiles: all prologue and epilogue)
+            assert "tl::cp_async_wait<1>();" in cuda
+            assert re.search(rf"for \(int t = 0; t < {cfg.col_tiles - 2}; \+\+t\)", cuda)
+    elif cfg.col_tiles > 1:
         assert re.search(rf"for \(int t = 0; t < {cfg.col_tiles}; \+\+t\)", cuda)
         if (-(-spec.n // cfg.block_n)) % cfg.col_tiles:  # the last group has fewer tiles
             assert f"bx_t < {-(-spec.n // cfg.block_n)}" in src
-    if cfg.block_h:  # the h tiles, acc kept across them; the last tile's columns guarded
+    if cfg.block_h and cfg.col_tiles > 1:  # h tiles into the whole H, then column tiles
+        h_steps = -(-spec.f // ht)
+        assert f"H_s = T.alloc_shared(({cfg.block_m}, {h_steps * ht})" in src
+        assert re.search(rf"for \(int hs = 0; hs < {h_steps}; \+\+hs\)", cuda)
+        assert f"T.if_then_else((hs * {ht} + j) < {spec.f}," in src
+    elif cfg.block_h:  # the h tiles, acc kept across them; the last tile's columns guarded
         assert re.search(rf"for \(int hs = 0; hs < {-(-spec.f // ht)}; \+\+hs\)", cuda)
         # acc is cleared once, at the first h tile (a clear written before the loop was
         # moved into every iteration by the warp specialisation: wrong on the H200)
@@ -1210,8 +1232,12 @@ def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg
     (GemmConfig(128, 128, 64, 3, 384), "128 or 256"),
     (GemmConfig(128, 128, 64, 3, 256, col_tiles=9), "col_tiles"),
     (GemmConfig(256, 256, 64, 3, 256), "accumulator registers"),
-    (GemmConfig(128, 128, 64, 3, 256, block_h=64, col_tiles=2), "col_tiles must be 1"),
+    # (f = 40) one h tile: hold it whole instead
+    (GemmConfig(128, 128, 64, 3, 256, block_h=64, col_tiles=2), "at least two tiles"),
     (GemmConfig(128, 128, 64, 3, 256, block_h=72), "block_h must be"),
+    (GemmConfig(128, 128, 64, 3, 256, col_tiles=2, col_stages=3), "col_stages must be"),
+    (GemmConfig(128, 128, 64, 3, 256, col_stages=2), "col_stages 2"),  # one column tile
+    (GemmConfig(128, 128, 64, 3, 256, col_tiles=3, col_stages=2), "col_stages 2"),  # of 8
 ])
 def test_chain_config_checks(cfg, match):
     spec = CHAIN_CASES[0][0]

@@ -126,13 +126,15 @@ def test_a_prologue_gemm_ranks_below_writing_the_operand_once():
 
 
 def test_a_gemm_chain_is_priced_with_its_recomputed_first_gemm():
-    """An intermediate of 256 gets streamed configurations (whole, it leaves no registers
-    for an output tile); with 1024 output columns every output tile recomputes its row
-    block's intermediate, so the chain ranks below two plain GEMMs; with 256 output columns
-    (one recompute) it ranks first: it saves the intermediate's round trip."""
+    """An intermediate of 256 gets tiled configurations (whole, it leaves no registers for
+    an output tile): streamed, every output tile recomputing its row block's intermediate,
+    or resident, one 64-row block computing it once in two tiles of 128 and then all 8
+    column tiles (the cheapest); either way the chain ranks below two plain GEMMs by the
+    estimate; with 256 output columns (one recompute) it ranks first: it saves the
+    intermediate's round trip."""
     from model_graphs import MODELS
     from superopt.graphs import load_graph
-    from superopt.lower.config import kernel_config_space
+    from superopt.lower.kernels.gemm_space import gemm_config_space, gemm_cost_clk
     path = f"{MODELS}/gelu_mlp_chain.py:gelu_mlp_chain"
 
     def chain_and_best(sizes):
@@ -141,9 +143,14 @@ def test_a_gemm_chain_is_priced_with_its_recomputed_first_gemm():
         return chain, min((m for _, m in matched), key=estimate_us)
 
     chain, best = chain_and_best({})
-    assert kernel_config_space(chain.kernels[0]) and all(
-        c.block_h in (64, 128) for c in kernel_config_space(chain.kernels[0]))
-    assert best is not chain and estimate_us(chain) > 2 * estimate_us(best)
+    spec = chain.kernels[0].spec
+    space = gemm_config_space(spec, limit=None)
+    assert space and all(c.block_h in (64, 128) for c in space)
+    top = space[0]
+    assert (top.block_m, top.block_h, top.col_tiles) == (64, 128, 8)  # resident, one group
+    streamed = min(gemm_cost_clk(spec, c) for c in space if c.col_tiles == 1)
+    assert streamed > 1.5 * gemm_cost_clk(spec, top)
+    assert best is not chain and estimate_us(chain) > estimate_us(best)
     chain, best = chain_and_best({"d": 256, "hidden": 128})
     assert best is chain
 

@@ -16,6 +16,15 @@ or streamed in tiles of ``block_h`` (one output tile per block)::
                         H_s = dtype(mid(acc1)); acc += H_s @ B2[hs tile, column tile]
     epilogue; C tile -> shared -> TMA store
 
+or computed in tiles of ``block_h`` into a whole ``H_s`` that ``col_tiles`` column tiles
+read (``block_h > 0``, ``col_tiles > 1``: one ``acc1`` tile live at a time)::
+
+    for hs in h tiles:  acc1 = A @ B1[:, hs tile];  H_s[:, hs tile] = dtype(mid(acc1))
+    for t in col_tiles: (as the whole intermediate's column loop)
+
+The column loop loads each B2 tile, multiplies and stores in turn, or (``col_stages`` 2) is
+TileLang's software pipeline: the consumers prefetch the next B2 tile with ``cp.async``.
+
 Each pipelined loop is TileLang's warp-specialised pipeline (as the GEMM's ``"auto"``
 schedule); columns of ``H`` past ``f`` are zeroed, so that B2's zero-filled rows there
 contribute nothing whatever ``mid`` gives for a zero accumulator.
@@ -61,12 +70,15 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
     params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
     z1 = f"bz // {s.b_batch_div(1)}" if s.b_batch_div(1) > 1 else "bz"
     z2 = f"bz // {s.b_batch_div(2)}" if s.b_batch_div(2) > 1 else "bz"
-    streamed = c.block_h > 0
+    resident = s.h_resident(c)
+    tiled = c.block_h > 0  # the first product in h tiles (streamed or resident)
+    streamed = tiled and not resident
     ht = s.h_tile(c)
+    span = s.h_span(c)
     h_steps = ceil_div(s.f, ht)
-    h0 = f"hs * {ht}" if streamed else "0"  # the intermediate tile's first column
+    h0 = f"hs * {ht}" if tiled else "0"  # the intermediate tile's first column
     vec = {r: as_float(f"{r}_s[i]", s.vector_dtype(r)) for r in s.row_inputs}
-    fpos = f"({h0} + j)" if streamed else "j"
+    fpos = f"({h0} + j)" if tiled else "j"
     mid_fields = dict(vec, acc="acc1[i, j]", row=f"(by * {bm} + i)", fpos=fpos, batch="bz")
     mid_fields.update({v: as_float(f"{v}_s[j]", s.vector_dtype(v)) for v in s.f_inputs})
     mid = s.mid.format(**mid_fields)
@@ -78,12 +90,13 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
     epi_fields.update({v: as_float(f"{v}_s[j]", s.vector_dtype(v)) for v in s.col_inputs})
     epilogue = s.epilogue.format(**epi_fields)
     b1_tile = (bk, ht) if s.b1_layout == "kn" else (ht, bk)
-    b2_tile = (ht, bn) if s.b2_layout == "kn" else (bn, ht)
+    b2_tile = (span, bn) if s.b2_layout == "kn" else (bn, span)
     tb1 = ", transpose_B=True" if s.b1_layout == "nk" else ""
     tb2 = ", transpose_B=True" if s.b2_layout == "nk" else ""
     policy = "policy=T.GemmWarpPolicy.FullRow"
-    tiles = (f"the intermediate in {h_steps} tiles of {ht}" if streamed
-             else f"{c.col_tiles} column tiles per block")
+    tiles = (f"the intermediate streamed in {h_steps} tiles of {ht}" if streamed
+             else f"{c.col_tiles} column tiles per block" +
+             (f" from {h_steps} intermediate tiles of {ht}" if resident else ""))
 
     e = Lines()
     e(f"def build_{s.name}():")
@@ -103,7 +116,7 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
             open_kernel(e, grid, c.threads)
             e(f'A_s = T.alloc_shared(({bm}, {bk}), "{s.dtype}")')
             e(f'B1_s = T.alloc_shared({b1_tile}, "{s.dtype}")')
-            e(f'H_s = T.alloc_shared(({bm}, {ht}), "{s.dtype}")')
+            e(f'H_s = T.alloc_shared(({bm}, {span}), "{s.dtype}")')
             e(f'B2_s = T.alloc_shared({b2_tile}, "{s.dtype}")')
             e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
             e(f'acc1 = T.alloc_fragment(({bm}, {ht}), "float32")')
@@ -126,6 +139,9 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
                 e("if hs == 0:")
                 with e.indent():
                     e("T.clear(acc)")
+            elif resident:
+                e(f"for hs in T.serial({h_steps}):")
+                e.indent()
             e("T.clear(acc1)")
             e(f"for ko in T.Pipelined({ceil_div(s.k, bk)}, num_stages={c.stages}):")
             with e.indent():
@@ -135,11 +151,17 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
                 e(f"T.gemm(A_s, B1_s, acc1{tb1}, {policy})")
             for v in s.f_inputs:
                 e(f"T.copy({v}[{h0}], {v}_s)")
-            if mid != "acc1[i, j]":
+            if resident:  # into this h tile's columns of the whole H
                 e(f"for i, j in T.Parallel({bm}, {ht}):")
                 with e.indent():
-                    e(f"acc1[i, j] = {mid}")
-            e("T.copy(acc1, H_s)")
+                    e(f'H_s[i, {h0} + j] = T.Cast("{s.dtype}", {mid})')
+                e.dedent()
+            else:
+                if mid != "acc1[i, j]":
+                    e(f"for i, j in T.Parallel({bm}, {ht}):")
+                    with e.indent():
+                        e(f"acc1[i, j] = {mid}")
+                e("T.copy(acc1, H_s)")
             if streamed:
                 # acc += H tile @ B2[h tile, column tile], acc kept across the h tiles
                 e(f"T.copy(B2[{z2}, {h0}, bx * {bn}], B2_s)" if s.b2_layout == "kn"
@@ -148,7 +170,8 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
                 e.dedent()
                 _write_epilogue(e, s, c, "bx", epilogue)
             else:
-                e(f"for t in T.serial({c.col_tiles}):")
+                e(f"for t in T.Pipelined({c.col_tiles}, num_stages=2):" if c.col_stages == 2
+                  else f"for t in T.serial({c.col_tiles}):")
                 with e.indent():
                     e(f"bx_t = bx * {c.col_tiles} + t")
                     if n_blocks % c.col_tiles:

@@ -20,7 +20,17 @@ The template, with a leading batch axis on every tensor::
 * the intermediate streamed in tiles of ``block_h`` (any ``f``, an MLP's hidden layer): per
   ``h`` tile, ``acc1`` over all of k (streaming A and B1), ``H`` in shared memory, and
   ``acc += H @ B2[h tile, column tile]``, ``acc`` staying in registers across the ``h``
-  tiles; each block owns one output tile, so blocks of one row tile recompute ``acc1``.
+  tiles; each block owns one output tile, so blocks of one row tile recompute ``acc1``;
+* the intermediate computed in tiles of ``block_h`` but kept whole (``block_h > 0`` with
+  ``col_tiles > 1``, needs ``f <= 256`` and at least two tiles): per ``h`` tile, ``acc1``
+  over all of k, written into its columns of a ``block_m × f`` ``H``; then ``col_tiles``
+  column tiles of B2 from that ``H``, as the first schedule. Only one ``block_m × block_h``
+  tile of ``acc1`` is live at a time, which leaves registers for the output tile where the
+  whole intermediate would not (``f = 256`` on one 64-row warpgroup: 128 + 64 of the 144).
+  Measured on the H200 (``bench/results/2026-12-04b-session/gemm_chain_gelu.json``,
+  gelu_mlp_chain 8192 x 1024 -> 256 -> 1024): 39.6 us at 64x128 (8 column tiles in turn),
+  43.4 at 64x64 pipelined, 50.5 at 64x64 in turn, against 26.3 us for the two "ws" GEMMs
+  (torch.compile 26.1); the cost model ranks it below them as well (22.8 against 16.1 us).
 
 ``B1``'s and ``B2``'s batches are ``b`` or divisors of it, read as in
 :class:`~.gemm_spec.GemmSpec` (``z // (b / b1)``).
@@ -110,6 +120,17 @@ class GemmChainSpec:
         """The intermediate's tile under ``cfg``: ``block_h``, or the whole ``f_tile``."""
         return cfg.block_h or self.f_tile
 
+    def h_resident(self, cfg: GemmConfig) -> bool:
+        """Whether ``cfg`` computes the intermediate in tiles but keeps it whole in shared
+        memory for several column tiles (``block_h > 0`` and ``col_tiles > 1``)."""
+        return cfg.block_h > 0 and cfg.col_tiles > 1
+
+    def h_span(self, cfg: GemmConfig) -> int:
+        """Columns of the ``H`` (and rows of the B2 tile) in shared memory: the whole
+        intermediate in whole ``block_h`` tiles when resident, else one tile."""
+        ht = self.h_tile(cfg)
+        return round_up(self.f, ht) if self.h_resident(cfg) else ht
+
     def b_batches(self, which: int) -> int:
         """The leading batch extent of B1 (``which == 1``) or B2."""
         b = self.b1_batch if which == 1 else self.b2_batch
@@ -193,9 +214,12 @@ def chain_smem_bytes(spec: GemmChainSpec, cfg: GemmConfig) -> int:
     tiles, H, one B2 tile, the C staging tile and the vectors, none aliased)."""
     ib = itemsize(spec.dtype)
     ft = spec.h_tile(cfg)
+    span = spec.h_span(cfg)
     ring = cfg.stages * (cfg.block_m * cfg.block_k + cfg.block_k * ft) * ib
-    h = cfg.block_m * ft * ib
-    b2 = ft * cfg.block_n * ib
+    h = cfg.block_m * span * ib
+    # two B2 versions for the pipelined column loop: TileLang 0.1.15 places the second
+    # three tiles after the first (measured: 128 KiB for two 32 KiB tiles, 256 for 64)
+    b2 = span * cfg.block_n * ib * (4 if cfg.col_stages == 2 else 1)
     c = cfg.block_m * cfg.block_n * itemsize(spec.out_dtype)
     vec = (sum(cfg.block_m * itemsize(spec.vector_dtype(r)) for r in spec.row_inputs) +
            sum(ft * itemsize(spec.vector_dtype(v)) for v in spec.f_inputs) +
@@ -206,7 +230,7 @@ def chain_smem_bytes(spec: GemmChainSpec, cfg: GemmConfig) -> int:
 
 def chain_groups(spec: GemmChainSpec, cfg: GemmConfig) -> int:
     """Column groups on grid x: ``ceil(column tiles / col_tiles)`` (``col_tiles`` is 1 when
-    the intermediate is streamed)."""
+    the intermediate is streamed through ``acc``)."""
     return ceil_div(ceil_div(spec.n, cfg.block_n), cfg.col_tiles)
 
 
@@ -216,9 +240,11 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
     Raises:
         LoweringError: a field of the wrong type; a schedule other than ``"auto"`` with
             FullRow, TMA store, no swizzle, no persistence, no cluster; tile sizes that are
-            not whole wgmma atoms; ``col_tiles`` out of range (or not 1 with a streamed
-            intermediate); ``block_h`` 0 for an intermediate over 256, or not a multiple of
-            16 in [16, 256]; shared memory or accumulator registers over the limits.
+            not whole wgmma atoms; ``col_tiles`` out of range; ``block_h`` 0 for an
+            intermediate over 256, or not a multiple of 16 in [16, 256], or with
+            ``col_tiles > 1`` one tile or more than 256 columns; ``col_stages`` not 1 or
+            2, or 2 without several column tiles dividing the output's; shared memory or
+            accumulator registers over the limits.
     """
     check_config_fields(cfg)
     if (cfg.schedule != "auto" or cfg.policy != "full_row" or cfg.store != "tma" or
@@ -243,10 +269,18 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
     if cfg.block_h and (cfg.block_h % 16 or not 16 <= cfg.block_h <= 256):
         raise LoweringError(f"block_h must be 0 or a multiple of 16 in [16, 256], got "
                             f"{cfg.block_h}")
-    if cfg.block_h and cfg.col_tiles != 1:
-        raise LoweringError("a streamed intermediate (block_h > 0) keeps one output tile per "
-                            f"block: col_tiles must be 1, got {cfg.col_tiles}")
+    if spec.h_resident(cfg) and (spec.f <= cfg.block_h or spec.h_span(cfg) > MAX_CHAIN_F):
+        raise LoweringError(f"col_tiles > 1 with block_h > 0 keeps the intermediate's tiles "
+                            f"whole in shared memory: needs at least two tiles (f = {spec.f} > "
+                            f"block_h = {cfg.block_h}) spanning at most {MAX_CHAIN_F} "
+                            f"columns, got {spec.h_span(cfg)}")
     n_blocks = ceil_div(spec.n, cfg.block_n)
+    if cfg.col_stages not in (1, 2):
+        raise LoweringError(f"col_stages must be 1 or 2, got {cfg.col_stages}")
+    if cfg.col_stages == 2 and (cfg.col_tiles < 2 or n_blocks % cfg.col_tiles or
+                                (cfg.block_h and not spec.h_resident(cfg))):
+        raise LoweringError(f"col_stages 2 pipelines a block's column tiles: needs col_tiles "
+                            f">= 2 dividing the {n_blocks} column tiles, got {cfg.col_tiles}")
     if not 1 <= cfg.col_tiles <= n_blocks:
         raise LoweringError(f"col_tiles must be in [1, {n_blocks}] (the column tiles), got "
                             f"{cfg.col_tiles}")
@@ -295,7 +329,11 @@ def chain_cost_clk(spec: GemmChainSpec, cfg: GemmConfig, num_sms: int = NUM_SMS)
                                                        _KSTEP_OVERHEAD_CLK)
     second_t = cfg.block_m * cfg.block_n * ht / _FMA_PER_CLK
     second_l2 = ht * cfg.block_n * ib / _L2_BYTES_PER_CLK
-    second = h_steps * cfg.col_tiles * max(second_t, second_l2)
+    # a column loop of several tiles loads each B2 tile, then multiplies (col_stages 1), or
+    # prefetches the next while it multiplies (2); streamed h tiles are pipelined by TileLang
+    serial = cfg.col_tiles > 1 and cfg.col_stages == 1
+    second = h_steps * cfg.col_tiles * (second_t + second_l2 if serial
+                                        else max(second_t, second_l2))
     epilogues = cfg.col_tiles * _TILE_OVERHEAD_CLK / 2
     blocks = chain_groups(spec, cfg) * ceil_div(spec.m, cfg.block_m) * spec.batch
     return ceil_div(blocks, num_sms) * (first + second + epilogues + _TILE_OVERHEAD_CLK)
@@ -324,8 +362,11 @@ def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[Gemm
                 n_blocks = ceil_div(spec.n, bn)
                 splits = sorted({1, 2, 4, 8, n_blocks} & set(range(1, n_blocks + 1)))
                 for bk, stages, bh in itertools.product((64, 128), (2, 3, 4), h_tiles):
-                    for ct in (splits if bh == 0 else (1,)):
-                        cfg = GemmConfig(bm, bn, bk, stages, threads, col_tiles=ct, block_h=bh)
+                    resident = bh and bh < spec.f <= MAX_CHAIN_F
+                    for ct, cs in itertools.product(splits if bh == 0 or resident else (1,),
+                                                    (1, 2)):
+                        cfg = GemmConfig(bm, bn, bk, stages, threads, col_tiles=ct, block_h=bh,
+                                         col_stages=cs)
                         try:
                             check_chain_config(spec, cfg)
                         except LoweringError:
@@ -334,7 +375,7 @@ def chain_config_space(spec: GemmChainSpec, limit: int | None = 48) -> list[Gemm
 
     def key(c: GemmConfig) -> tuple:
         return (round(chain_cost_clk(spec, c)), -c.stages, c.block_m * c.block_n, c.block_k,
-                c.col_tiles, c.block_h, c.threads)
+                c.col_tiles, c.block_h, c.threads, c.col_stages)
 
     ordered = sorted(cands, key=key)
     return ordered if limit is None else ordered[:limit]

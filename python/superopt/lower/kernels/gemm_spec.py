@@ -200,6 +200,10 @@ class GemmConfig:
             column tile, each recomputing the first product); 1 for every other GEMM.
         block_h: GEMM chains only: the intermediate's tile when it is streamed (0: the
             whole intermediate at once, at most 256 wide); 0 for every other GEMM.
+        col_stages: GEMM chains with ``col_tiles > 1`` only: 2 runs the column tiles as
+            ``T.Pipelined(num_stages=2)``, the consumers prefetching the next B2 tile
+            (``cp.async``) while they multiply and store this one; 1 (every other GEMM):
+            load, multiply, store in turn.
         uniform_wg: with >= 2 consumer warpgroups (``threads >= 256``): compile the same
             kernel with the warpgroup index of its ``wgmma`` calls read through a warp
             broadcast (:func:`superopt.lower.cuda_rewrite.uniform_warpgroup_index`; nvcc
@@ -251,6 +255,7 @@ class GemmConfig:
     pdl: bool = False
     lean_producer: bool = False
     unroll_stages: bool = False
+    col_stages: int = 1
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
@@ -263,7 +268,8 @@ _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, 
                  "swizzle_panel": int, "policy": str, "store": str, "dual_mode": str,
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
                  "col_tiles": int, "block_h": int, "uniform_wg": bool,
-                 "pdl": bool, "lean_producer": bool, "unroll_stages": bool}
+                 "pdl": bool, "lean_producer": bool, "unroll_stages": bool,
+                 "col_stages": int}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
@@ -400,9 +406,10 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             the comments; :func:`_one_row_odd_k`); a field of the wrong type.
     """
     check_config_fields(cfg)
-    if cfg.col_tiles != 1 or cfg.block_h != 0:
-        raise LoweringError(f"col_tiles and block_h are for GEMM chains; a single GEMM needs "
-                            f"1 and 0, got {cfg.col_tiles} and {cfg.block_h}")
+    if cfg.col_tiles != 1 or cfg.block_h != 0 or cfg.col_stages != 1:
+        raise LoweringError(f"col_tiles, block_h and col_stages are for GEMM chains; a single "
+                            f"GEMM needs 1, 0 and 1, got {cfg.col_tiles}, {cfg.block_h} and "
+                            f"{cfg.col_stages}")
     if cfg.threads not in (128, 256, 384):
         raise LoweringError(f"threads must be 128, 256 or 384 consumer threads, got {cfg.threads}")
     wgs = cfg.threads // 128
