@@ -1481,3 +1481,25 @@ def test_a_cluster_kernel_without_the_wait_is_refused(tmp_path, monkeypatch):
     with pytest.raises(LE, match="cluster") as e:
         lower_plan(match, flat, directory=tmp_path)
     assert e.value.path == "config.k0"
+
+
+def test_fast_math_for_16_bit_outputs_of_approximated_functions():
+    """A GEMM-family kernel asks for ``--use_fast_math`` exactly when its output is 16-bit
+    and an epilogue, prologue or chain mid calls a function fast math approximates (or
+    divides): swiglu's SiLU in precise ``expf`` and IEEE division was 64 slow-path CALL sites
+    and 2408 SASS instructions in the 128x128 "ws" kernel, 1120 and none with it."""
+    from superopt.lower.kernels.gemm_expr import wants_fast_math
+
+    assert wants_fast_math("float16", "{acc} * T.sigmoid({acc})")
+    assert wants_fast_math("bfloat16", "{acc}", "{a} * T.rsqrt({ss})")
+    assert wants_fast_math("float16", "{acc} / {s}")
+    assert not wants_fast_math("float32", "{acc} * T.sigmoid({acc})")  # fp32 stays precise
+    assert not wants_fast_math("float16", "{acc}", "", "T.max({acc}, 0.0) * {b}")
+    line = 'T.annotate_pass_configs({"tl.enable_fast_math": True})'
+    for cfg in (GemmConfig(128, 128, 64, 2, 256, schedule="ws", dual_mode="split"),
+                GemmConfig(128, 128, 64, 2, 256)):
+        assert gemm_source(SWIGLU, cfg).count(line) == 1
+        assert line not in gemm_source(replace(SWIGLU, out_dtype="float32"), cfg)
+    assert line not in gemm_source(MATMUL, GemmConfig(128, 256, 64, 3, 256))
+    chain = GemmChainSpec(1, 256, 512, 128, 1024, mid="{acc} * T.sigmoid({acc})")
+    assert gemm_source(chain, GemmConfig(128, 128, 64, 2, 256, col_tiles=2)).count(line) == 1

@@ -40,7 +40,7 @@ from __future__ import annotations
 from ..emit import Lines
 from .gemm_chain import chain_source
 from .gemm_chain_spec import GemmChainSpec
-from .gemm_expr import epilogue_text, prologue_text
+from .gemm_expr import epilogue_text, prologue_text, wants_fast_math
 from .gemm_grid import open_kernel
 from .gemm_spec import (NUM_SMS, SUMSQ_VECTOR, WARP_POLICIES, GemmConfig, GemmSpec,
                         check_config, check_spec, gemm_grid)
@@ -120,6 +120,8 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
                 e(f"{p},")
         e("):")
         with e.indent():
+            if wants_fast_math(s.out_dtype, s.epilogue, s.prologue):
+                e('T.annotate_pass_configs({"tl.enable_fast_math": True})')
             if c.schedule == "ws":
                 write_ws_body(e, s, c)
             else:

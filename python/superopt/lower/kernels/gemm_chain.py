@@ -38,7 +38,7 @@ from __future__ import annotations
 from ..emit import Lines
 from .gemm_chain_spec import (GemmChainSpec, chain_groups, check_chain_config,
                               check_chain_spec)
-from .gemm_expr import as_float
+from .gemm_expr import as_float, wants_fast_math
 from .gemm_grid import open_kernel, plan_grid
 from .gemm_spec import GemmConfig
 from .tiling import ceil_div
@@ -112,6 +112,8 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
                 e(f"{p},")
         e("):")
         with e.indent():
+            if wants_fast_math(s.out_dtype, s.mid, s.epilogue):
+                e('T.annotate_pass_configs({"tl.enable_fast_math": True})')
             grid = plan_grid(chain_groups(s, c), ceil_div(s.m, bm), s.batch)
             open_kernel(e, grid, c.threads)
             e(f'A_s = T.alloc_shared(({bm}, {bk}), "{s.dtype}")')

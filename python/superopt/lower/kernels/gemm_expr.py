@@ -24,6 +24,26 @@ if TYPE_CHECKING:
     from .gemm_spec import GemmSpec
 
 
+#: TileLang calls whose CUDA ``--use_fast_math`` replaces by a hardware approximation, and
+#: IEEE division: precise, ``expf`` is a range reduction around ``MUFU.EX2`` and ``x / y`` a
+#: Newton step with a slow-path call behind a branch, per element (swiglu's SiLU epilogue:
+#: 64 CALL sites in the SASS of the 128x128 "ws" kernel).
+_FAST_MATH_TOKENS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.log(", "T.sqrt(", "T.rsqrt(",
+                     "T.tanh(", "/")
+
+
+def wants_fast_math(out_dtype: str, *exprs: str) -> bool:
+    """Whether a GEMM-family kernel compiles with ``--use_fast_math``
+    (``tl.enable_fast_math``): its output is 16-bit and one of its per-element expressions
+    (epilogue, prologue, a chain's mid) calls a function fast math approximates. The
+    approximations (``ex2.approx``, ``rcp.approx`` and ``div.full``: a few fp32 ulps, ``|x|
+    · 2^-24`` relative for ``exp(x)``) are far below the output's rounding (fp16 2^-11, bf16
+    2^-8); fp32 outputs stay precise. Flushing fp32 denormals to zero moves a value by under
+    1.2e-38, below fp16's smallest; in bf16 that is its denormal range."""
+    return out_dtype in ("float16", "bfloat16") and any(
+        tok in expr for expr in exprs for tok in _FAST_MATH_TOKENS)
+
+
 def as_float(text: str, dtype: str) -> str:
     """``text`` (an element of ``dtype``) read as fp32."""
     return text if dtype == "float32" else f'T.Cast("float32", {text})'
