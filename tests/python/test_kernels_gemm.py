@@ -1484,17 +1484,26 @@ def test_a_cluster_kernel_without_the_wait_is_refused(tmp_path, monkeypatch):
 
 
 def test_fast_math_for_16_bit_outputs_of_approximated_functions():
-    """A GEMM-family kernel asks for ``--use_fast_math`` exactly when its output is 16-bit
-    and an epilogue, prologue or chain mid calls a function fast math approximates (or
-    divides): swiglu's SiLU in precise ``expf`` and IEEE division was 64 slow-path CALL sites
+    """A GEMM-family kernel asks for ``--use_fast_math`` exactly when its output is 16-bit,
+    an epilogue, prologue or chain mid calls a function fast math approximates well, and
+    none takes a log or divides by anything but a literal: swiglu's SiLU in precise ``expf`` and IEEE division was 64 slow-path CALL sites
     and 2408 SASS instructions in the 128x128 "ws" kernel, 1120 and none with it."""
     from superopt.lower.kernels.gemm_expr import wants_fast_math
 
     assert wants_fast_math("float16", "{acc} * T.sigmoid({acc})")
     assert wants_fast_math("bfloat16", "{acc}", "{a} * T.rsqrt({ss})")
-    assert wants_fast_math("float16", "{acc} / {s}")
     assert not wants_fast_math("float32", "{acc} * T.sigmoid({acc})")  # fp32 stays precise
     assert not wants_fast_math("float16", "{acc}", "", "T.max({acc}, 0.0) * {b}")
+    # a division or a log keeps the whole kernel precise: div.approx returns 0 for a
+    # divisor in [2^126, 2^128), lg2.approx is many bf16 ulps off near 1
+    assert not wants_fast_math("bfloat16", "{acc} / {s}")
+    assert not wants_fast_math("float16", "{acc} * T.sigmoid({acc})", "{a} / {s}")
+    assert not wants_fast_math("float16", "T.log({acc}) * T.exp({b})")
+    assert not wants_fast_math("float16", "{acc} * T.rsqrt({v} / (2.0 * {w}))")
+    assert not wants_fast_math("float16", "{acc} * T.rsqrt({v} / 1e39)")  # past 2^126
+    # a mean's division by a literal is as accurate either way
+    assert wants_fast_math("float16", "({acc} * T.rsqrt((({v4} / 4096.0) + 1e-05)))")
+    assert wants_fast_math("bfloat16", "T.exp({acc} / 3) * {b}")
     line = 'T.annotate_pass_configs({"tl.enable_fast_math": True})'
     for cfg in (GemmConfig(128, 128, 64, 2, 256, schedule="ws", dual_mode="split"),
                 GemmConfig(128, 128, 64, 2, 256)):

@@ -18,30 +18,54 @@ import a source writer.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .gemm_spec import GemmSpec
 
 
-#: TileLang calls whose CUDA ``--use_fast_math`` replaces by a hardware approximation, and
-#: IEEE division: precise, ``expf`` is a range reduction around ``MUFU.EX2`` and ``x / y`` a
-#: Newton step with a slow-path call behind a branch, per element (swiglu's SiLU epilogue:
-#: 64 CALL sites in the SASS of the 128x128 "ws" kernel).
-_FAST_MATH_TOKENS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.log(", "T.sqrt(", "T.rsqrt(",
-                     "T.tanh(", "/")
+#: TileLang calls whose CUDA ``--use_fast_math`` replaces by a hardware approximation whose
+#: error stays far below a 16-bit output's rounding: precise, ``expf`` is a range reduction
+#: around ``MUFU.EX2`` and ``sigmoid``'s ``1 / (1 + e)`` an IEEE division, a Newton step with
+#: a slow-path call behind a branch, per element (swiglu's SiLU epilogue: 64 CALL sites in
+#: the SASS of the 128x128 "ws" kernel).
+_FAST_MATH_CALLS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.sqrt(", "T.rsqrt(", "T.tanh(")
+#: What must stay precise, so that its kernel compiles without fast math: ``log``
+#: (``lg2.approx``: an absolute error of about 2^-22, many bf16 ulps of ``log(x)`` near
+#: ``x = 1``) and a division by anything but a literal (:func:`_divides_by_a_variable`: fast
+#: math makes ``x / y`` ``div.approx``, which returns 0 for ``|y|`` in [2^126, 2^128), where
+#: a bf16 quotient can still be a normal number).
+_PRECISE_ONLY = ("T.log(",)
+#: a division by a literal below 2^126 (a mean's ``/ 4096.0``) is as accurate either way
+_LITERAL_DIVISOR = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)(?![\w.(\[])")
+
+
+def _divides_by_a_variable(expr: str) -> bool:
+    """Whether ``expr`` divides by anything but a positive literal below 2^126."""
+    for at in (i for i, ch in enumerate(expr) if ch == "/"):
+        m = _LITERAL_DIVISOR.match(expr, at + 1)
+        if not (m and 0 < float(m.group(1)) < 2.0 ** 126):
+            return True
+    return False
 
 
 def wants_fast_math(out_dtype: str, *exprs: str) -> bool:
     """Whether a GEMM-family kernel compiles with ``--use_fast_math``
-    (``tl.enable_fast_math``): its output is 16-bit and one of its per-element expressions
-    (epilogue, prologue, a chain's mid) calls a function fast math approximates. The
-    approximations (``ex2.approx``, ``rcp.approx`` and ``div.full``: a few fp32 ulps, ``|x|
-    · 2^-24`` relative for ``exp(x)``) are far below the output's rounding (fp16 2^-11, bf16
-    2^-8); fp32 outputs stay precise. Flushing fp32 denormals to zero moves a value by under
-    1.2e-38, below fp16's smallest; in bf16 that is its denormal range."""
-    return out_dtype in ("float16", "bfloat16") and any(
-        tok in expr for expr in exprs for tok in _FAST_MATH_TOKENS)
+    (``tl.enable_fast_math``): its output is 16-bit, one of its per-element expressions
+    (epilogue, prologue, a chain's mid) calls ``exp``, ``exp2``, ``sigmoid``, ``sqrt``,
+    ``rsqrt`` or ``tanh``, and none takes a ``log`` or divides by anything but a literal
+    (a mean's ``/ 4096.0``). The approximations then made
+    (``ex2.approx``, ``rcp.approx``, ``rsqrt.approx``: a few fp32 ulps; ``|x| · 2^-24``
+    relative for ``exp(x)``; ``sigmoid``'s reciprocal is 0 only where the true value is
+    below 1.2e-38) are far below the output's rounding (fp16 2^-11, bf16 2^-8); fp32 outputs
+    stay precise. Flushing fp32 denormals moves a value by under 1.2e-38: below fp16's
+    smallest, bf16's denormal range."""
+    texts = [e for e in exprs if e]
+    return (out_dtype in ("float16", "bfloat16") and
+            any(c in e for e in texts for c in _FAST_MATH_CALLS) and
+            not any(p in e for e in texts for p in _PRECISE_ONLY) and
+            not any(_divides_by_a_variable(e) for e in texts))
 
 
 def as_float(text: str, dtype: str) -> str:
