@@ -536,6 +536,20 @@ CHAINS = [
       GemmConfig(64, 64, 64, 2, 128, col_tiles=2, block_h=64, col_stages=2),
       GemmConfig(128, 64, 64, 2, 256, col_tiles=4, block_h=128)],
      lambda h: np.maximum(h, 0.0), lambda acc, x: acc),
+    # (added after the session's last device call, not yet run on a GPU) a bias on the
+    # intermediate read per h tile; column groups of 3 of the 4 tiles (the last one
+    # guarded); four h tiles under a pipelined column loop; a pipelined loop on a whole
+    # intermediate, one and two warpgroups
+    (GemmChainSpec(1, 300, 352, 250, 512, "kn", "kn", mid="T.max({acc} + {b1}, 0.0)",
+                   f_inputs=("b1",), name="chain_resident_bias"),
+     [GemmConfig(64, 128, 64, 3, 128, col_tiles=3, block_h=128),
+      GemmConfig(64, 64, 64, 2, 128, col_tiles=8, block_h=64, col_stages=2)],
+     None, lambda acc, x: acc),
+    (GemmChainSpec(1, 256, 512, 128, 1024, "nk", "kn", mid="T.max({acc}, 0.0)",
+                   dtype="bfloat16", out_dtype="float32", name="chain_whole_pipelined"),
+     [GemmConfig(64, 64, 64, 2, 128, col_tiles=16, col_stages=2),
+      GemmConfig(128, 64, 64, 2, 256, col_tiles=4, col_stages=2)],
+     lambda h: np.maximum(h, 0.0), lambda acc, x: acc),
     (GemmChainSpec(1, 300, 352, 250, 512, "nk", "nk", mid="{acc} * 0.5",
                    epilogue="{acc} + {bias}", col_inputs=("bias",), name="chain_resident_nk"),
      [GemmConfig(64, 64, 64, 2, 128, col_tiles=8, block_h=128, col_stages=2)],

@@ -1172,9 +1172,13 @@ CHAIN_CASES = [
     # a GELU MLP of hidden 256 on one warpgroup: two h tiles of 128 kept whole in H_s (the
     # whole 64x256 acc1 would leave too few registers), read by 8 column tiles; f = 250
     # leaves the last h tile's columns past f zero
-    (GemmChainSpec(1, 8192, 1024, 250, 1024, "kn", "kn", mid="T.max({acc}, 0.0)",
-                   name="chain_resident"),
+    (GemmChainSpec(1, 8192, 1024, 250, 1024, "kn", "kn", mid="T.max({acc} + {b1}, 0.0)",
+                   f_inputs=("b1",), name="chain_resident"),
      GemmConfig(64, 128, 64, 3, 128, col_tiles=8, block_h=128)),
+    # ... in column groups of 3 of the 8 tiles (the last group's third tile guarded)
+    (GemmChainSpec(1, 500, 320, 250, 1024, "nk", "nk", mid="T.max({acc}, 0.0)",
+                   name="chain_resident_ragged"),
+     GemmConfig(64, 128, 64, 3, 128, col_tiles=3, block_h=128)),
     # the same with its column loop pipelined (the next B2 tile prefetched)
     (GemmChainSpec(1, 8192, 1024, 250, 1024, "kn", "kn", mid="T.max({acc}, 0.0)",
                    name="chain_resident_pipelined"),
@@ -1215,6 +1219,8 @@ def test_chain_lowers_with_the_intermediate_in_shared_memory(tmp_path, spec, cfg
         assert f"H_s = T.alloc_shared(({cfg.block_m}, {h_steps * ht})" in src
         assert re.search(rf"for \(int hs = 0; hs < {h_steps}; \+\+hs\)", cuda)
         assert f"T.if_then_else((hs * {ht} + j) < {spec.f}," in src
+        for v in spec.f_inputs:  # each h tile's slice of an f vector
+            assert f"T.copy({v}[hs * {ht}], {v}_s)" in src
     elif cfg.block_h:  # the h tiles, acc kept across them; the last tile's columns guarded
         assert re.search(rf"for \(int hs = 0; hs < {-(-spec.f // ht)}; \+\+hs\)", cuda)
         # acc is cleared once, at the first h tile (a clear written before the loop was
@@ -1243,6 +1249,20 @@ def test_chain_config_checks(cfg, match):
     spec = CHAIN_CASES[0][0]
     with pytest.raises(LoweringError, match=match):
         gemm_source(spec, cfg)
+
+
+def test_a_resident_intermediate_spans_at_most_256_columns():
+    spec = replace(CHAIN_CASES[0][0], f=250)
+    gemm_source(spec, GemmConfig(64, 128, 64, 2, 128, col_tiles=2, block_h=128))  # 256
+    with pytest.raises(LoweringError, match="spanning at most 256 columns, got 288"):
+        gemm_source(spec, GemmConfig(64, 128, 64, 2, 128, col_tiles=2, block_h=96))
+    with pytest.raises(LoweringError, match="reserved"):
+        gemm_source(replace(spec, f_inputs=("hs",), mid="{acc} + {hs}"),
+                    GemmConfig(64, 128, 64, 2, 128, col_tiles=2, block_h=128))
+    # the space pipelines the column loop of a resident intermediate only
+    space = gemm_config_space(spec, limit=None)
+    assert {c.col_stages for c in space if c.block_h and c.col_tiles > 1} == {1, 2}
+    assert all(c.col_stages == 1 for c in space if not (c.block_h and c.col_tiles > 1))
 
 
 @pytest.mark.slow
@@ -1512,3 +1532,27 @@ def test_fast_math_for_16_bit_outputs_of_approximated_functions():
     assert line not in gemm_source(MATMUL, GemmConfig(128, 256, 64, 3, 256))
     chain = GemmChainSpec(1, 256, 512, 128, 1024, mid="{acc} * T.sigmoid({acc})")
     assert gemm_source(chain, GemmConfig(128, 128, 64, 2, 256, col_tiles=2)).count(line) == 1
+
+
+def test_a_partial_chain_config_completes_to_one_that_lowers():
+    """Completing ``{"block_m": 64, "block_n": 64, "col_tiles": 3}`` of a resident chain
+    took the best 64x64 configuration, whose column loop is pipelined (``col_stages`` 2),
+    then set 3 column tiles of the 16, which a pipelined loop refuses: the completion now
+    takes the next configuration of that shape that lowers with the given fields."""
+    from superopt.derive import derive_all
+    from superopt.lower.config import complete_config, unflatten_config
+
+    b = DagBuilder("mlp", [("m", 8192), ("d", 1024), ("f", 256), ("n", 1024)])
+    x, w1, w2 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"]), b.input("W2", ["f", "n"])
+    b.output(b.matmul(b.gelu(b.matmul(x, w1, "d", "d")), w2, "f", "f"))
+    plan = next(d.plan for d in derive_all(b.build())
+                if any(s.rule == "fuse_gemm_chain" for s in d.derivation.steps))
+    match = match_plan(plan)
+    spec = match.kernels[0].spec
+    best = next(c for c in gemm_config_space(spec, None) if (c.block_m, c.block_n) == (64, 64))
+    assert (best.col_tiles, best.col_stages) == (16, 2)
+    given = {"block_m": 64, "block_n": 64, "col_tiles": 3}
+    (cfg,) = unflatten_config(match, complete_config(match, given))
+    assert (cfg.block_m, cfg.block_n, cfg.col_tiles, cfg.col_stages) == (64, 64, 3, 1)
+    assert cfg.block_h
+    assert "H_s" in gemm_source(spec, cfg)

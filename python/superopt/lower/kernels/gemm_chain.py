@@ -25,8 +25,7 @@ read (``block_h > 0``, ``col_tiles > 1``: one ``acc1`` tile live at a time)::
 The column loop loads each B2 tile, multiplies and stores in turn, or (``col_stages`` 2) is
 TileLang's software pipeline: the consumers prefetch the next B2 tile with ``cp.async``.
 
-Each pipelined loop is TileLang's warp-specialised pipeline (as the GEMM's ``"auto"``
-schedule); columns of ``H`` past ``f`` are zeroed, so that B2's zero-filled rows there
+Each K loop is TileLang's warp-specialised pipeline (as the GEMM's ``"auto"`` schedule); columns of ``H`` past ``f`` are zeroed, so that B2's zero-filled rows there
 contribute nothing whatever ``mid`` gives for a zero accumulator.
 
 Owns: the chain's source text. Imports the chain spec module, the grid and the emitter; must

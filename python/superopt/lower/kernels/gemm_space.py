@@ -64,7 +64,9 @@ _WS_SUMSQ_SERIAL_BYTES_PER_CLK = 300
 #: smem-bound at 1152 against 1024 tensor clocks a K step; measured on the H200 after the
 #: clear_accum fix (bench/results/2026-12-04b-session, 3 rounds x 3 processes) it ran
 #: 1.015x (1.011-1.028) the concat kernel on swiglu 1024x2048x2048 and 1.011x (1.007-1.024)
-#: on LLaMA-3's gate/up 4096x14336x4096 (persistent). A calibration, not a mechanism.
+#: on LLaMA-3's gate/up 4096x14336x4096 (persistent), both on two consumer warpgroups
+#: without the producer's sum of squares, the only kernels it applies to (three warpgroups,
+#: 192x96, ran 2449 against 2382 us in that suite). A calibration, not a mechanism.
 _WS_SPLIT_A_REREAD = False
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
@@ -108,10 +110,12 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     atoms = max(wg_m // 64, 1)
     tensor = n_gemm * cfg.block_m * cfg.block_n * cfg.block_k / _FMA_PER_CLK
     k16 = cfg.block_k // 16
-    if spec.dual and (cfg.dual_mode == "concat" or
-                      (cfg.schedule == "ws" and not _WS_SPLIT_A_REREAD)):
+    if spec.dual and (cfg.dual_mode == "concat" or (
+            cfg.schedule == "ws" and not _WS_SPLIT_A_REREAD and wgs == 2 and
+            not spec.a_row_sumsq)):
         # One wgmma over [B | B2]: the A slice is read once for both products. The split
-        # form on "ws" reads it twice but is charged once (_WS_SPLIT_A_REREAD).
+        # form on "ws" reads it twice but is charged once (_WS_SPLIT_A_REREAD) where that
+        # was measured: two consumer warpgroups, no sum of squares.
         operand_reads = wgs * atoms * k16 * (64 * 16 + 16 * 2 * wg_n) * ib
     else:
         operand_reads = wgs * n_gemm * atoms * k16 * (64 * 16 + 16 * wg_n) * ib

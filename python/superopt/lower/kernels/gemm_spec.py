@@ -198,8 +198,9 @@ class GemmConfig:
         col_tiles: GEMM chains only (:mod:`.gemm_chain_spec`): output column tiles one
             block computes in turn from its on-chip intermediate tile (1: one block per
             column tile, each recomputing the first product); 1 for every other GEMM.
-        block_h: GEMM chains only: the intermediate's tile when it is streamed (0: the
-            whole intermediate at once, at most 256 wide); 0 for every other GEMM.
+        block_h: GEMM chains only: the intermediate's tile when it is computed in tiles,
+            streamed through ``acc`` or (``col_tiles > 1``) kept whole in shared memory (0:
+            the whole intermediate at once, at most 256 wide); 0 for every other GEMM.
         col_stages: GEMM chains with ``col_tiles > 1`` only: 2 runs the column tiles as
             ``T.Pipelined(num_stages=2)``, the consumers prefetching the next B2 tile
             (``cp.async``) while they multiply and store this one; 1 (every other GEMM):
