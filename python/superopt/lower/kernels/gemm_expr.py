@@ -30,13 +30,15 @@ if TYPE_CHECKING:
 #: around ``MUFU.EX2`` and ``sigmoid``'s ``1 / (1 + e)`` an IEEE division, a Newton step with
 #: a slow-path call behind a branch, per element (swiglu's SiLU epilogue: 64 CALL sites in
 #: the SASS of the 128x128 "ws" kernel).
-_FAST_MATH_CALLS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.sqrt(", "T.rsqrt(", "T.tanh(")
+_FAST_MATH_CALLS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.sqrt(", "T.rsqrt(")
 #: What must stay precise, so that its kernel compiles without fast math: ``log``
 #: (``lg2.approx``: an absolute error of about 2^-22, many bf16 ulps of ``log(x)`` near
-#: ``x = 1``) and a division by anything but a literal (:func:`_divides_by_a_variable`: fast
+#: ``x = 1``), ``tanh`` (``tanh.approx``: a relative error of 2^-11, fp16's own unit, which
+#: ``1 + tanh`` in GELU's negative tail turns into tens of fp16 ulps of the result; nvcc
+#: 13.0 made GPT-2's GELU epilogue ``MUFU.TANH``) and a division by anything but a literal (:func:`_divides_by_a_variable`: fast
 #: math makes ``x / y`` ``div.approx``, which returns 0 for ``|y|`` in [2^126, 2^128), where
 #: a bf16 quotient can still be a normal number).
-_PRECISE_ONLY = ("T.log(",)
+_PRECISE_ONLY = ("T.log(", "T.tanh(")
 #: a division by a literal below 2^126 (a mean's ``/ 4096.0``) is as accurate either way
 _LITERAL_DIVISOR = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)(?![\w.(\[])")
 
@@ -53,8 +55,8 @@ def _divides_by_a_variable(expr: str) -> bool:
 def wants_fast_math(out_dtype: str, *exprs: str) -> bool:
     """Whether a GEMM-family kernel compiles with ``--use_fast_math``
     (``tl.enable_fast_math``): its output is 16-bit, one of its per-element expressions
-    (epilogue, prologue, a chain's mid) calls ``exp``, ``exp2``, ``sigmoid``, ``sqrt``,
-    ``rsqrt`` or ``tanh``, and none takes a ``log`` or divides by anything but a literal
+    (epilogue, prologue, a chain's mid) calls ``exp``, ``exp2``, ``sigmoid``, ``sqrt`` or
+    ``rsqrt``, and none takes a ``log`` or ``tanh`` or divides by anything but a literal
     (a mean's ``/ 4096.0``). The approximations then made
     (``ex2.approx``, ``rcp.approx``, ``rsqrt.approx``: a few fp32 ulps; ``|x| · 2^-24``
     relative for ``exp(x)``; ``sigmoid``'s reciprocal is 0 only where the true value is
