@@ -1503,37 +1503,52 @@ def test_a_cluster_kernel_without_the_wait_is_refused(tmp_path, monkeypatch):
     assert e.value.path == "config.k0"
 
 
-def test_fast_math_for_16_bit_outputs_of_approximated_functions():
-    """A GEMM-family kernel asks for ``--use_fast_math`` exactly when its output is 16-bit,
-    an epilogue, prologue or chain mid calls a function fast math approximates well, and
-    none takes a log or tanh or divides by anything but a literal: swiglu's SiLU in precise ``expf`` and IEEE division was 64 slow-path CALL sites
+def test_fast_math_for_fp16_outputs_of_approximated_functions():
+    """A GEMM-family kernel asks for ``--use_fast_math`` exactly when its output is fp16, an
+    epilogue, prologue or chain mid calls a function fast math approximates well, and none
+    takes a log or tanh, selects, or divides by anything but a literal in fp32's normal
+    range: swiglu's SiLU in precise ``expf`` and IEEE division was 64 slow-path CALL sites
     and 2408 SASS instructions in the 128x128 "ws" kernel, 1120 and none with it."""
     from superopt.lower.kernels.gemm_expr import wants_fast_math
 
     assert wants_fast_math("float16", "{acc} * T.sigmoid({acc})")
-    assert wants_fast_math("bfloat16", "{acc}", "{a} * T.rsqrt({ss})")
-    assert not wants_fast_math("float32", "{acc} * T.sigmoid({acc})")  # fp32 stays precise
+    assert wants_fast_math("float16", "{acc}", "{x} * T.rsqrt({r} + 1e-05)")  # a prologue
+    assert wants_fast_math("float16", "T.exp2({acc} * 1.4426950408889634)")
+    assert wants_fast_math("float16", "{acc} * T.sqrt({r})")
+    # bf16 and fp32 keep fp32's exponent range, where flushing denormals is visible
+    assert not wants_fast_math("bfloat16", "{acc} * T.sigmoid({acc})")
+    assert not wants_fast_math("float32", "{acc} * T.sigmoid({acc})")
     assert not wants_fast_math("float16", "{acc}", "", "T.max({acc}, 0.0) * {b}")
-    # a division or a log keeps the whole kernel precise: div.approx returns 0 for a
-    # divisor in [2^126, 2^128), lg2.approx is many bf16 ulps off near 1
-    assert not wants_fast_math("bfloat16", "{acc} / {s}")
+    # a log, a tanh, a select or a division by a variable keeps the whole kernel precise
+    assert not wants_fast_math("float16", "{acc} / {s}")
     assert not wants_fast_math("float16", "{acc} * T.sigmoid({acc})", "{a} / {s}")
     assert not wants_fast_math("float16", "T.log({acc}) * T.exp({b})")
-    # tanh.approx's 2^-11 is fp16's unit: GELU's 1 + tanh in the negative tail magnifies it
     assert not wants_fast_math("float16", "0.5 * {acc} * (1.0 + T.tanh({acc} * 0.79))")
+    assert not wants_fast_math("float16", "T.exp(T.if_then_else({acc} > 0.0, {acc}, 0.0))")
     assert not wants_fast_math("float16", "{acc} * T.rsqrt({v} / (2.0 * {w}))")
     assert not wants_fast_math("float16", "{acc} * T.rsqrt({v} / 1e39)")  # past 2^126
-    # a mean's division by a literal is as accurate either way
+    assert not wants_fast_math("float16", "T.exp({acc}) / 1e-39")  # a denormal divisor
+    assert not wants_fast_math("float16", "T.exp({acc}) / 2 ** {p}")  # a power's base
+    # a mean's division by a literal stays within 2 ulp
     assert wants_fast_math("float16", "({acc} * T.rsqrt((({v4} / 4096.0) + 1e-05)))")
-    assert wants_fast_math("bfloat16", "T.exp({acc} / 3) * {b}")
+    assert wants_fast_math("float16", "T.exp({acc} / 3) * {b}")
     line = 'T.annotate_pass_configs({"tl.enable_fast_math": True})'
     for cfg in (GemmConfig(128, 128, 64, 2, 256, schedule="ws", dual_mode="split"),
                 GemmConfig(128, 128, 64, 2, 256)):
         assert gemm_source(SWIGLU, cfg).count(line) == 1
-        assert line not in gemm_source(replace(SWIGLU, out_dtype="float32"), cfg)
+        for dtype in ("float32", "bfloat16"):
+            assert line not in gemm_source(replace(SWIGLU, out_dtype=dtype), cfg)
     assert line not in gemm_source(MATMUL, GemmConfig(128, 256, 64, 3, 256))
+    prologue = GemmSpec(1, 1024, 2048, 2048, "kn", a_inputs=(("x", "float16"),),
+                        row_inputs=("r",), prologue="{x} * T.rsqrt({r} + 1e-05)",
+                        name="rms_prologue")
+    cfg = GemmConfig(128, 128, 64, 3, 256)
+    assert gemm_source(prologue, cfg).count(line) == 1
+    assert line not in gemm_source(replace(prologue, prologue="{x} / {r}"), cfg)
     chain = GemmChainSpec(1, 256, 512, 128, 1024, mid="{acc} * T.sigmoid({acc})")
-    assert gemm_source(chain, GemmConfig(128, 128, 64, 2, 256, col_tiles=2)).count(line) == 1
+    ccfg = GemmConfig(128, 128, 64, 2, 256, col_tiles=2)
+    assert gemm_source(chain, ccfg).count(line) == 1
+    assert line not in gemm_source(replace(chain, mid="T.sigmoid({acc}) / {acc}"), ccfg)
 
 
 def test_a_partial_chain_config_completes_to_one_that_lowers():

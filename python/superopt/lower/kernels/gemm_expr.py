@@ -26,45 +26,56 @@ if TYPE_CHECKING:
 
 
 #: TileLang calls whose CUDA ``--use_fast_math`` replaces by a hardware approximation whose
-#: error stays far below a 16-bit output's rounding: precise, ``expf`` is a range reduction
-#: around ``MUFU.EX2`` and ``sigmoid``'s ``1 / (1 + e)`` an IEEE division, a Newton step with
-#: a slow-path call behind a branch, per element (swiglu's SiLU epilogue: 64 CALL sites in
-#: the SASS of the 128x128 "ws" kernel).
+#: error stays below an fp16 output's rounding. Precise, ``expf`` is a range reduction around
+#: ``MUFU.EX2``, and ``T.sigmoid`` (TileLang: ``1.0f / (1.0f + expf(0.0f - x))``) an IEEE
+#: division, a Newton step with a slow-path call behind a branch, per element (swiglu's SiLU
+#: epilogue: 64 CALL sites in the SASS of the 128x128 "ws" kernel).
 _FAST_MATH_CALLS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.sqrt(", "T.rsqrt(")
-#: What must stay precise, so that its kernel compiles without fast math: ``log``
-#: (``lg2.approx``: an absolute error of about 2^-22, many bf16 ulps of ``log(x)`` near
-#: ``x = 1``), ``tanh`` (``tanh.approx``: a relative error of 2^-11, fp16's own unit, which
-#: ``1 + tanh`` in GELU's negative tail turns into tens of fp16 ulps of the result; nvcc
-#: 13.0 made GPT-2's GELU epilogue ``MUFU.TANH``) and a division by anything but a literal (:func:`_divides_by_a_variable`: fast
-#: math makes ``x / y`` ``div.approx``, which returns 0 for ``|y|`` in [2^126, 2^128), where
-#: a bf16 quotient can still be a normal number).
-_PRECISE_ONLY = ("T.log(", "T.tanh(")
-#: a division by a literal below 2^126 (a mean's ``/ 4096.0``) is as accurate either way
-_LITERAL_DIVISOR = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)(?![\w.(\[])")
+#: What keeps its kernel precise: ``log`` (``lg2.approx``: an absolute error of about
+#: 2^-22, many ulps of ``log(x)`` near ``x = 1``); ``tanh`` (``tanh.approx``, which nvcc 13.0
+#: made of GPT-2's GELU epilogue: a relative error of 2^-11, fp16's own unit, which ``1 +
+#: tanh`` in GELU's negative tail turns into tens of fp16 ulps of the result); a select
+#: (``T.if_then_else``: its comparison flushes a denormal operand to 0, so the branch taken
+#: can differ by an unbounded amount); and a division (:func:`_divides_by_a_variable`).
+_PRECISE_ONLY = ("T.log(", "T.tanh(", "T.if_then_else(")
+#: a division by a literal in fp32's normal range (a mean's ``/ 4096.0``) stays within 2 ulp
+_LITERAL_DIVISOR = re.compile(
+    r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)(?![\w.(\[])(?!\s*\*\*)")
 
 
 def _divides_by_a_variable(expr: str) -> bool:
-    """Whether ``expr`` divides by anything but a positive literal below 2^126."""
+    """Whether ``expr`` divides by anything but a literal in [2^-126, 2^126): fast math makes
+    ``x / y`` ``div.approx.ftz``, which returns 0 for ``|y|`` in (2^126, 2^128), where a
+    quotient can still be large, and flushes a denormal divisor to 0 (a literal followed by
+    ``**`` is a power's base, not the divisor)."""
     for at in (i for i, ch in enumerate(expr) if ch == "/"):
         m = _LITERAL_DIVISOR.match(expr, at + 1)
-        if not (m and 0 < float(m.group(1)) < 2.0 ** 126):
+        if not (m and 2.0 ** -126 <= float(m.group(1)) < 2.0 ** 126):
             return True
     return False
 
 
 def wants_fast_math(out_dtype: str, *exprs: str) -> bool:
     """Whether a GEMM-family kernel compiles with ``--use_fast_math``
-    (``tl.enable_fast_math``): its output is 16-bit, one of its per-element expressions
+    (``tl.enable_fast_math``): its output is fp16, one of its per-element expressions
     (epilogue, prologue, a chain's mid) calls ``exp``, ``exp2``, ``sigmoid``, ``sqrt`` or
-    ``rsqrt``, and none takes a ``log`` or ``tanh`` or divides by anything but a literal
-    (a mean's ``/ 4096.0``). The approximations then made
-    (``ex2.approx``, ``rcp.approx``, ``rsqrt.approx``: a few fp32 ulps; ``|x| · 2^-24``
-    relative for ``exp(x)``; ``sigmoid``'s reciprocal is 0 only where the true value is
-    below 1.2e-38) are far below the output's rounding (fp16 2^-11, bf16 2^-8); fp32 outputs
-    stay precise. Flushing fp32 denormals moves a value by under 1.2e-38: below fp16's
-    smallest, bf16's denormal range."""
+    ``rsqrt``, and none takes a ``log`` or ``tanh``, selects (``T.if_then_else``) or divides
+    by anything but a literal in fp32's normal range (a mean's ``/ 4096.0``).
+
+    What fast math then changes, all in fp32 SIMT code (the ``wgmma`` main loop and its TMA
+    copies compile the same): ``exp(x)`` is ``ex2.approx.ftz`` of ``x · log2 e`` (CUDA's
+    ``__expf``: 2 + 1.17 |x| ulp, under 2^-16 relative for ``|x| <= 88.7``); the sigmoid's
+    ``1 / (1 + e)`` is ``div.approx.ftz``, which is 0 only where ``1 + e > 2^126``, i.e. where
+    the true sigmoid is below 2^-126; ``sqrt`` and ``rsqrt`` are ``.approx`` (``rsqrtf`` is
+    anyway); every fp32 operation flushes denormals to zero. fp16's smallest value is
+    2^-24, so a flushed intermediate changes the fp16 result only through a later factor
+    above 2^100, which these expressions do not have. bf16 and fp32 outputs stay precise:
+    they keep fp32's exponent range, where a flush is visible (SiLU of x below -87.3 would be
+    0 instead of a normal bf16 number). A difference that cancels (``1 - sigmoid(x)`` for
+    large x, ``exp(x) - 1`` near 0) loses 2-4x more than the precise build, a few fp16 ulps;
+    no graph of the suite writes one."""
     texts = [e for e in exprs if e]
-    return (out_dtype in ("float16", "bfloat16") and
+    return (out_dtype == "float16" and
             any(c in e for e in texts for c in _FAST_MATH_CALLS) and
             not any(p in e for e in texts for p in _PRECISE_ONLY) and
             not any(_divides_by_a_variable(e) for e in texts))
