@@ -136,8 +136,10 @@ def complete_config(match: PlanMatch, partial: dict) -> dict:
                                 f"{len(match.kernels)}; keys are k<i>.<field> or a field of "
                                 f"the dominant kernel k{main})", path=f"config.{key}")
         given[full] = value
-    return flatten_config([_agreeing(kl, space, given) for kl, space in zip(match.kernels,
+    flat = flatten_config([_agreeing(kl, space, given) for kl, space in zip(match.kernels,
                                                                           spaces)])
+    flat.update(given)
+    return flat
 
 
 def _agreeing(kl: KernelLowering, space: list, given: dict):
@@ -147,10 +149,10 @@ def _agreeing(kl: KernelLowering, space: list, given: dict):
     space never sets (``uniform_wg``) keeps the rest of the best configuration of that
     shape; else the best-ranked one with its defaulted fields that ``given`` leaves open
     reset to their defaults (a shape outside the space: its options were chosen for
-    another shape). ``given``'s fields then override it. A shape match whose own options
-    the family refuses beside the given ones (a chain's pipelined column loop, ``col_stages``
-    2, under a given ``col_tiles`` that does not divide the column tiles) gives way to the
-    next shape match."""
+    another shape); :func:`complete_config` then overrides it with ``given``'s fields. A
+    shape match whose own options the family refuses beside the given ones (a chain's
+    pipelined column loop, ``col_stages`` 2, under a given ``col_tiles`` that does not
+    divide the column tiles) gives way to the next shape match."""
     head = f"k{kl.index}."
     mine = {k[len(head):]: v for k, v in given.items() if k.startswith(head)}
     optional = {f.name: f.default for f in fields(space[0]) if f.default is not MISSING}
@@ -158,17 +160,14 @@ def _agreeing(kl: KernelLowering, space: list, given: dict):
     for cfg in space:
         if all(getattr(cfg, f) == v for f, v in mine.items()):
             return cfg
-    fallback = replace(space[0], **{f: d for f, d in optional.items() if f not in mine},
-                       **mine)
     for cfg in space:
         if all(getattr(cfg, f) == v for f, v in shape.items()):
-            cfg = replace(cfg, **mine)
             try:
-                FAMILIES[kl.family].source(kl.spec, cfg)
-            except LoweringError:
+                FAMILIES[kl.family].source(kl.spec, replace(cfg, **mine))
+            except (LoweringError, TypeError, ValueError):  # refused, or not even typed
                 continue
             return cfg
-    return fallback
+    return replace(space[0], **{f: d for f, d in optional.items() if f not in mine})
 
 
 def flatten_config(configs: list) -> dict:
