@@ -34,7 +34,8 @@ _FAST_MATH_CALLS = ("T.exp(", "T.exp2(", "T.sigmoid(", "T.sqrt(", "T.rsqrt(")
 #: What keeps its kernel precise: ``log`` (``lg2.approx``: an absolute error of about
 #: 2^-22, many ulps of ``log(x)`` near ``x = 1``); ``tanh`` (``tanh.approx``, which nvcc 13.0
 #: made of GPT-2's GELU epilogue: a relative error of 2^-11, fp16's own unit, which ``1 +
-#: tanh`` in GELU's negative tail turns into tens of fp16 ulps of the result); a select
+#: tanh`` in GELU's negative tail magnifies: at x = -3, 1 + tanh = 0.0024, so up to 20 %
+#: of the result by that bound, hundreds of fp16 ulps); a select
 #: (``T.if_then_else``: its comparison flushes a denormal operand to 0, so the branch taken
 #: can differ by an unbounded amount); and a division (:func:`_divides_by_a_variable`).
 _PRECISE_ONLY = ("T.log(", "T.tanh(", "T.if_then_else(")
