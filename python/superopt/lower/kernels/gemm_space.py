@@ -58,16 +58,19 @@ _PROLOGUE_SERIAL_BYTES_PER_CLK = 108
 #: of 64 dependent FMAs per K step) ran 63.2 us (bench/results/2026-12-02c-session): 73.
 _WS_SUMSQ_SERIAL_BYTES_PER_CLK = 300
 
-#: Whether the split dual form on "ws" (two wgmma batches a K step, both reading the same
-#: A slice from shared memory) is charged that second read: no. Counting it made the form
-#: 8 % slower than the pipelined concat kernel (one wgmma over [B | B2]) on swiglu's shape,
-#: smem-bound at 1152 against 1024 tensor clocks a K step; measured on the H200 after the
-#: clear_accum fix (bench/results/2026-12-04b-session, 3 rounds x 3 processes) it ran
-#: 1.015x (1.011-1.028) the concat kernel on swiglu 1024x2048x2048 and 1.011x (1.007-1.024)
-#: on LLaMA-3's gate/up 4096x14336x4096 (persistent), both on two consumer warpgroups
-#: without the producer's sum of squares, the only kernels it applies to (three warpgroups,
-#: 192x96, ran 2449 against 2382 us in that suite). A calibration, not a mechanism.
-_WS_SPLIT_A_REREAD = False
+def _ws_split_charged_one_a_read(spec: GemmSpec, cfg: GemmConfig) -> bool:
+    """Whether the split dual form on "ws" (two wgmma batches a K step, both reading the same
+    A slice from shared memory) is charged one read of that slice, as the concat form is.
+    A calibration, not a mechanism: counting both reads made the form 8 % slower than the
+    pipelined concat kernel (one wgmma over [B | B2]) on swiglu's shape, smem-bound at 1152
+    against 1024 tensor clocks a K step; measured on the H200 after the clear_accum fix
+    (bench/results/2026-12-04b-session, 3 rounds x 3 processes) it ran 1.015x (1.011-1.028)
+    the concat kernel on swiglu 1024x2048x2048 and 1.011x (1.007-1.024) on LLaMA-3's gate/up
+    4096x14336x4096 (persistent), both on two consumer warpgroups without the producer's
+    sum of squares, the only kernels it applies to (three warpgroups, 192x96, ran 2449
+    against 2382 us in that suite)."""
+    return (spec.dual and cfg.schedule == "ws" and cfg.threads // 128 == 2 and
+            not spec.a_row_sumsq)
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
 _BLOCK_K_CHOICES = (64, 128)
@@ -110,12 +113,9 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     atoms = max(wg_m // 64, 1)
     tensor = n_gemm * cfg.block_m * cfg.block_n * cfg.block_k / _FMA_PER_CLK
     k16 = cfg.block_k // 16
-    if spec.dual and (cfg.dual_mode == "concat" or (
-            cfg.schedule == "ws" and not _WS_SPLIT_A_REREAD and wgs == 2 and
-            not spec.a_row_sumsq)):
-        # One wgmma over [B | B2]: the A slice is read once for both products. The split
-        # form on "ws" reads it twice but is charged once (_WS_SPLIT_A_REREAD) where that
-        # was measured: two consumer warpgroups, no sum of squares.
+    if spec.dual and (cfg.dual_mode == "concat" or _ws_split_charged_one_a_read(spec, cfg)):
+        # One wgmma over [B | B2]: the A slice is read once for both products (the split
+        # form on "ws" reads it twice, charged once where that was measured).
         operand_reads = wgs * atoms * k16 * (64 * 16 + 16 * 2 * wg_n) * ib
     else:
         operand_reads = wgs * n_gemm * atoms * k16 * (64 * 16 + 16 * wg_n) * ib
