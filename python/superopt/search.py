@@ -151,6 +151,35 @@ def natural_exps(plan) -> int:
     return sum(1 for i in g.live_nodes() if g.nodes[i].op == "exp")
 
 
+def unbounded_exps(plan) -> int:
+    """How many ``exp``/``exp2`` nodes of the plan take an argument not bounded above by its
+    own form: anything but ``x - max(x)`` (the ``stabilize_softmax`` rule's form), scaled by
+    a positive constant. Such an ``exp`` overflows fp32 past an argument of 88.7, which
+    fp16 logits reach, and the adversarial check (:mod:`superopt.ir.numerics`) then rejects
+    the candidate; ranked before :func:`natural_exps`, it breaks exact estimate ties
+    (softmax's unstabilised and stabilised one-pass plans move the same bytes) in favour of
+    the plan that will pass, so that the budget is not spent on ones that will not."""
+    g = plan.graph
+
+    def bounded(i) -> bool:
+        n = g.nodes[i]
+        if n.op == "mul":  # by a positive constant, on either side
+            a, b = n.args
+            for x, c in ((a, b), (b, a)):
+                cn = g.nodes[c]
+                if cn.op == "const" and cn.value is not None and cn.value > 0 and bounded(x):
+                    return True
+            return False
+        if n.op == "sub":
+            a, m = n.args
+            mn = g.nodes[m]
+            return mn.op == "reduce" and mn.fn == "max" and mn.args == (a,)
+        return False
+
+    return sum(1 for i in g.live_nodes()
+               if g.nodes[i].op in ("exp", "exp2") and not bounded(g.nodes[i].args[0]))
+
+
 #: Distinct reasons why plans did not lower that a search with no lowerable plan reports.
 _UNLOWERABLE_SHOWN = 3
 
@@ -252,17 +281,17 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
         try:
-            scored.append((estimate_us(m), natural_exps(d.plan), len(matched), d, m,
-                           m.spec_key()))
+            scored.append((estimate_us(m), unbounded_exps(d.plan), natural_exps(d.plan),
+                           len(matched), d, m, m.spec_key()))
         except Exception as e:  # noqa: BLE001 - the estimate of this plan only
             failures.append(PlanFailure(d.derivation.id, None, from_exception(e)))
             continue
         matched.append((d, m))
     matching.info = f"{len(matched)} lowerable"
     matching.close()
-    scored.sort(key=lambda t: t[:3])
+    scored.sort(key=lambda t: t[:4])
     unique, seen_specs = [], set()
-    for est, _, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
+    for est, _, _, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
         if key not in seen_specs:
             seen_specs.add(key)
             unique.append((est, d, m))

@@ -158,6 +158,15 @@ def _builds() -> list[Build]:
               config={"k0.block_rows": 2, "k0.block_cols": 128, "k0.threads": 64}),
         Build("softmax-literal-fused", sm,
               _fused(sm, "fuse_rows", without=("stabilize_softmax",))),
+        # the unstabilised row sum far from 1, so that the per-row reciprocal takes its
+        # scaled forms: ~2e-32 (below 2^-100; every exp still a normal fp32 number) and
+        # ~3e33 (above 2^100)
+        Build("softmax-literal-fused-small-sum", sm,
+              _fused(sm, "fuse_rows", without=("stabilize_softmax",)),
+              inputs={"X": (-80.0, 0.5)}),
+        Build("softmax-literal-fused-large-sum", sm,
+              _fused(sm, "fuse_rows", without=("stabilize_softmax",)),
+              inputs={"X": (70.0, 0.5)}),
         Build("softmax-long-streamed", _softmax(8, 40_000),
               _fused(_softmax(8, 40_000), "stabilize_softmax"), inputs={"X": (0.0, 4.0)}),
         Build("softmax-one", _softmax(1, 1), _one_kernel(_softmax(1, 1), "d")),

@@ -13,7 +13,7 @@ import pytest
 
 from superopt.dsl import DagBuilder
 from superopt.dtypes import dtype
-from superopt.ir.numerics import STEPS, adversarial_sets, node_peaks, realistic_set
+from superopt.ir.numerics import FLOAT32_LARGEST, STEPS, adversarial_sets, node_peaks, realistic_set
 from superopt.ir.semantics import evaluate, random_inputs, relative_error
 from superopt.workloads import WORKLOADS
 
@@ -36,13 +36,15 @@ def layernorm_graph(m=4, d=64):
 def test_softmax_gets_scaled_and_offset_sets_that_overflow_the_literal_exp():
     g = softmax_graph()
     sets = adversarial_sets(g, "float16")
-    assert [s.name.split()[0] for s in sets] == ["scaled", "offset"]
-    for s in sets:
+    # per family: the first step past fp16's range, then the first past fp32's
+    assert [s.name.split()[0] for s in sets] == ["scaled", "scaled", "offset", "offset"]
+    for s, limit in zip(sets, [65504.0, FLOAT32_LARGEST] * 2):
         x = s.draw(g, 7)
         x16 = {k: v.astype(np.float16).astype(np.float64) for k, v in x.items()}
         peaks = node_peaks(g, x16)
         lit = max(p for n, (p, _) in peaks.items() if n not in g.outputs)
-        assert lit > 65504 and s.why.endswith("> 65504")
+        assert lit > limit and s.why.endswith(f"> {limit:g}" if limit == 65504.0 else
+                                              "(float32's range)")
         out = evaluate(g, x16)
         assert np.isfinite(out).all() and np.abs(out).max() <= 1.0
         # the smallest step: half of it would leave every intermediate in range
@@ -71,6 +73,38 @@ def test_the_sets_catch_an_unstabilised_fp16_softmax_and_pass_a_stable_one():
         with np.errstate(over="ignore", invalid="ignore"):
             assert relative_error(unstable(x["S"].astype(np.float64)), ref) == math.inf
         assert relative_error(stable(x["S"].astype(np.float64)), ref) <= tol
+
+
+def test_the_fp32_sets_catch_an_unstabilised_softmax_kept_in_fp32_registers():
+    """The plan superopt picked for softmax before these sets (2026-12-03d record, d41):
+    ``exp2`` of the raw logits in fp32, summed and divided, never stored in 16 bits. It is
+    right on fp16's adversarial sets (logits ~11) and NaN past logits of 88.7, which fp16
+    inputs hold; the stabilised plan is right on every set."""
+    g = softmax_graph()
+    tol = dtype("float16").tolerance
+
+    def fp32_registers(s, stabilised):
+        s = s.astype(np.float32)
+        if stabilised:
+            s = s - s.max(-1, keepdims=True)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp2(s * np.float32(1.4426950408889634))
+            return (e / e.sum(-1, keepdims=True)).astype(np.float16)
+
+    sets = adversarial_sets(g, "float16")
+    fp16_range = [s for s in sets if s.why.endswith("> 65504")]
+    fp32_range = [s for s in sets if s.why.endswith("(float32's range)")]
+    assert len(fp16_range) == len(fp32_range) == 2
+    for s in sets:
+        x = {k: v.astype(np.float16) for k, v in s.draw(g, 3).items()}
+        ref = evaluate(g, x)
+        assert relative_error(fp32_registers(x["S"], True), ref) <= tol
+        err = relative_error(fp32_registers(x["S"], False), ref)
+        assert (err == math.inf) == (s in fp32_range), (s.name, err)
+
+
+def test_bf16_gets_no_second_range():
+    assert len(adversarial_sets(softmax_graph(), "bfloat16")) == 2
 
 
 def test_layernorm_gets_a_large_mean_and_matmul_gets_nothing():
@@ -123,6 +157,8 @@ BODIES = {
     # exp(S) stored in fp16 before the division: inf / inf on large logits
     "unstable": "e = torch.exp(S.float()).half().float()\nout.copy_((e / e.sum(-1, keepdim=True))"
                 ".half())",
+    # exp(S) kept in fp32, never stored: right until the logits pass 88.7
+    "fp32_unstable": "e = torch.exp(S.float())\nout.copy_((e / e.sum(-1, keepdim=True)).half())",
 }
 
 
@@ -143,11 +179,16 @@ def test_worker_rejects_the_unstable_plan_on_adversarial_inputs(tmp_path):
     with Session(g, dtype="float16", device="cpu",
                  timing=TimingConfig(warmup=1, reps=3, replays=2)) as s:
         sets = s.input_sets()
-        assert [n.split()[0] for n, _ in sets] == ["scaled", "offset"]
+        assert [n.split()[0] for n, _ in sets] == ["scaled", "scaled", "offset", "offset"]
         ok = s.check(_candidate(tmp_path, "stable", 8, 256), checks=2, time_it=False)
         bad = s.check(_candidate(tmp_path, "unstable", 8, 256), checks=2, time_it=False)
+        bad32 = s.check(_candidate(tmp_path, "fp32_unstable", 8, 256), checks=2,
+                        time_it=False)
     assert ok.status == "ok", ok.error
     assert bad.status == "nan" and "adversarial inputs scaled" in bad.error, bad.error
+    # past fp16's range it is right; the fp32 set names the range it left
+    assert bad32.status == "nan" and sets[1][0] in bad32.error and \
+        "float32's range" in bad32.error, bad32.error
 
 
 def swiglu_mlp_graph(t=64, d=256, f=1024, n=64):
@@ -200,7 +241,8 @@ def test_what_a_stable_plan_keeps_on_chip_is_not_stored_by_every_plan():
     assert stored_by_every_plan(g, plans) == frozenset()
     assert stored_by_every_plan(g, []) == frozenset()
     assert [s.name.split()[0] for s in adversarial_sets(
-        g, "float16", stored=stored_by_every_plan(g, plans))] == ["scaled", "offset"]
+        g, "float16", stored=stored_by_every_plan(g, plans))] == ["scaled", "scaled", "offset",
+                                                                   "offset"]
 
 
 def test_a_restricted_search_does_not_excuse_what_a_stable_plan_avoids():

@@ -367,3 +367,29 @@ def test_peers_are_timed_on_their_own_when_no_candidate_is_correct(tmp_path):
                 engine=engine, progress=False)
     assert ("peers", ["eager"], True) in engine.calls
     assert not any(c[0] == "compare" for c in engine.calls)
+
+
+def test_the_plans_an_fp32_range_set_would_reject_rank_after_equal_stable_ones(tmp_path):
+    """Softmax's unstabilised and stabilised one-pass plans move the same bytes, so the
+    roofline estimate ties them; the unstabilised one (``exp2`` of raw logits, NaN past
+    88.7) took three of four slots and the top-1 before the fp32 adversarial sets rejected
+    it. Ranked by unbounded exponentials after the estimate, the stable plan leads."""
+    from superopt.search import plan_candidates, unbounded_exps
+
+    g = load_graph("examples/models/softmax.py:softmax")
+    plans = {d.derivation.id: d.plan for d in derive_all(g)}
+    lit = derive_all(g)[0].plan
+    assert unbounded_exps(lit) == 1
+    stable = [p for i, p in plans.items() if unbounded_exps(p) == 0]
+    assert stable and all(
+        any(n.op == "reduce" and n.fn == "max" for n in p.graph.nodes) for p in stable)
+    cands = plan_candidates(g, budget=2, directory=tmp_path).candidates
+    assert len(cands) == 2
+    for c in cands:
+        rules = [s.rule for s in c.derived.derivation.steps]
+        assert "stabilize_softmax" in rules and unbounded_exps(c.derived.plan) == 0, rules
+    # the online-softmax attention plans subtract the running max: none is unbounded
+    att = WORKLOADS["attention"].graph(h=1, t_q=128, t_kv=128, d_h=64)
+    online = [d.plan for d in derive_all(att)
+              if "online_softmax" in {s.rule for s in d.derivation.steps}]
+    assert online and all(unbounded_exps(p) == 0 for p in online)

@@ -14,7 +14,11 @@ trust"):
 For each family :func:`adversarial_sets` takes the smallest power of two (``2 … 2¹⁰``) at which
 some intermediate of the literal graph, evaluated in float64 on the drawn inputs, exceeds the
 storage dtype's largest finite value, while every output keeps its finite pattern and stays
-under half that value. A graph whose intermediates never leave the range before its output
+under half that value. With fp16 storage each family also gets the smallest step at which an
+intermediate exceeds **float32's** largest value (3.4e38): a plan that keeps an unstabilised
+``exp`` in fp32 registers passes at fp16's range (logits ~11) but returns NaN for logits
+above 88.7, which fp16 inputs hold and ``torch.softmax`` gets right. (bf16's range is fp32's,
+so its first set already probes it.) A graph whose intermediates never leave the range before its output
 does (a plain GEMM) gets no adversarial set: there is nothing to be unstable about. Values
 that every plan stores in 16 bits (``stored``: an MLP's hidden activation, which is always
 a 16-bit GEMM operand) are held in range like the outputs: their overflow is the model's,
@@ -38,6 +42,9 @@ from .semantics import ArrayOps, eval_node, random_inputs
 
 #: The multipliers (scaled) and offsets (offset) tried, smallest first.
 STEPS = tuple(2.0 ** k for k in range(1, 11))
+
+#: float32's largest finite value: the range of the registers every family computes in.
+FLOAT32_LARGEST = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,11 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
     they must stay in range like the outputs, since no plan could keep them wider.
     """
     d = _dtype(dtype)
+    # the ranges an intermediate may leave, narrowest first: the storage dtype's, then the
+    # fp32 registers' where that is more than twice as wide
+    limits = [(d.largest, f"{d.largest:g}")]
+    if d.largest * 2 < FLOAT32_LARGEST:
+        limits.append((FLOAT32_LARGEST, f"{FLOAT32_LARGEST:g} (float32's range)"))
     limit = d.largest
     torch_dt = None
     if device is not None:
@@ -146,6 +158,7 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
     base = node_peaks(graph, draw(real))
     found = []
     for family in ("scaled", "offset"):
+        todo = list(limits)  # the ranges this family has not yet found a step for
         for step in STEPS:
             if family == "scaled":
                 s = InputSet(f"scaled ×{step:g}",
@@ -161,13 +174,16 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
                 break  # an output left its range (or its finite pattern) first
             if any(peaks[n][0] * 2 > limit for n in stored if n in peaks):
                 break  # so did a value every plan stores in 16 bits
-            over = [(n, p) for n, (p, _) in peaks.items()
-                    if n not in outputs and n not in stored and p > limit]
-            if over:
-                n, p = max(over, key=lambda x: x[1])
+            inner = [(n, p) for n, (p, _) in peaks.items()
+                     if n not in outputs and n not in stored]
+            n, p = max(inner, key=lambda x: x[1], default=(None, 0.0))
+            passed = [(lim, text) for lim, text in todo if p > lim]
+            if passed:  # one set for every range this step is the first to leave
                 found.append(InputSet(s.name, s.scales, s.offsets,
                                       f"node {n} ({graph.nodes[n].op}) reaches {p:.3g} > "
-                                      f"{limit:g}"))
+                                      f"{passed[-1][1]}"))
+                todo = [t for t in todo if t not in passed]
+            if not todo:
                 break
     return found
 
@@ -184,4 +200,4 @@ def _round_to(x: np.ndarray, name: str) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-__all__ = ["InputSet", "STEPS", "realistic_set", "adversarial_sets", "node_peaks"]
+__all__ = ["InputSet", "STEPS", "FLOAT32_LARGEST", "realistic_set", "adversarial_sets", "node_peaks"]
