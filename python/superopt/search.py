@@ -382,26 +382,49 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
     return rec
 
 
+def _plan_space(graph: Graph, plans: Plans, dtype: str) -> list | None:
+    """Every lowerable plan of ``graph``'s whole plan space, or ``None`` when the default
+    enumeration hits a cap (the space is not known whole). Not the subset this search was
+    given (caps, ``--max-depth 0``, the derivations the bridge replays)."""
+    if plans.complete:
+        return [m.plan for _, m in plans.matched]
+    e = enumerate_derivations(graph, DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS)
+    if e.capped:
+        return None
+    return [d.plan for d in e.derived if lowerable(d.plan, dtype)]
+
+
 def stored_in_16_bits(graph: Graph, plans: Plans, dtype: str) -> frozenset:
     """The intermediates of ``graph`` that every plan of its whole plan space stores in 16
     bits (:func:`~superopt.derive.plan.stored_by_every_plan`), for the adversarial inputs.
 
-    Computed over every lowerable plan of the graph, not over the subset this search was
-    given (caps, ``--max-depth 0``, the derivations the bridge replays): over the literal
-    plan alone, softmax's ``exp(S)`` would count as stored by "every" plan and the unstable
-    plan would pass. When the space is not known whole (the default enumeration hits a cap),
-    nothing is excused: ``frozenset()``.
+    Computed over every lowerable plan of the graph (:func:`_plan_space`), not over the
+    subset this search was given: over the literal plan alone, softmax's ``exp(S)`` would
+    count as stored by "every" plan and the unstable plan would pass. When the space is not
+    known whole, nothing is excused: ``frozenset()``.
     """
+    return numerics_excuses(graph, plans, dtype)[0]
+
+
+def bounded_exps_exist(graph: Graph, plans: Plans, dtype: str) -> bool:
+    """Whether some plan of ``graph``'s whole plan space has no exponential of an unbounded
+    argument (:func:`unbounded_exps` 0), i.e. whether the adversarial sets past fp32's range
+    test plans rather than the graph. Softmax: yes (the stabilised plan). Logsumexp or
+    log-softmax: no rule bounds their ``exp``, so every plan would return ``inf`` on those
+    sets and none could be run. Unknown space: ``True`` (nothing excused)."""
+    return numerics_excuses(graph, plans, dtype)[1]
+
+
+def numerics_excuses(graph: Graph, plans: Plans, dtype: str) -> tuple[frozenset, bool]:
+    """``(stored_in_16_bits, bounded_exps_exist)`` from one look at the plan space: what
+    the adversarial inputs hold in range and whether they probe fp32's range."""
     if dtype_name(dtype) not in STORAGE_DTYPES:
-        return frozenset()  # nothing is stored in 16 bits (float32: the CPU tests)
-    if plans.complete:
-        space = [m.plan for _, m in plans.matched]
-    else:
-        e = enumerate_derivations(graph, DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS)
-        if e.capped:
-            return frozenset()
-        space = [d.plan for d in e.derived if lowerable(d.plan, dtype)]
-    return stored_by_every_plan(graph, space)
+        return frozenset(), True  # nothing is stored in 16 bits (float32: the CPU tests)
+    space = _plan_space(graph, plans, dtype)
+    if space is None:
+        return frozenset(), True
+    return (stored_by_every_plan(graph, space),
+            any(unbounded_exps(p) == 0 for p in space))
 
 
 def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: float = 600.0,
@@ -450,12 +473,12 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
         stats: dict[str, Any] = {}
         comparison = None
         # every device's session keeps the same values in range on the adversarial inputs
-        stored = stored_in_16_bits(graph, plans, dtype)
+        stored, fp32_range = numerics_excuses(graph, plans, dtype)
         with contextlib.ExitStack() as stack:
             with prog.phase(_STARTING.get(engine.name, f"start the {engine.name} engine"),
                             announce=True):
                 run = stack.enter_context(engine.open(graph, dtype=dtype, timing=timing,
-                                                      stored=stored))
+                                                      stored=stored, fp32_range=fp32_range))
                 env = run.environment()
             results = rank_results(run.stream([c.candidate() for c in plans.candidates],
                                               budget_s=budget_s, progress=prog, stats=stats))

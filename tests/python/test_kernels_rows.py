@@ -36,8 +36,8 @@ from superopt.lower.config import complete_config, kernel_config_space, unflatte
 from superopt.lower.families import FAMILIES, family_of
 from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, check_grid,
                                                position_index)
-from superopt.lower.kernels.rowfused import (RCP_LARGE, RCP_SMALL, reciprocal_divisions,
-                                             row_divisors, rowfused_source)
+from superopt.lower.kernels.rowfused import (reciprocal_divisions, row_divisors,
+                                             rowfused_source)
 from superopt.lower.kernels.rowfused_spec import (OnlinePair, RowFusedConfig, RowFusedSpec,
                                                   RowStep, is_resident, occupancy_variants,
                                                   prefetch_bytes, register_estimate,
@@ -710,9 +710,19 @@ def test_divisions_by_a_row_value_become_one_reciprocal_a_row():
     assert reciprocal_divisions("(T.exp(({x} - {m})) / {z})", names) == \
         "(T.exp(({x} - {m})) * {z_k} * {z_rcp})"
     assert reciprocal_divisions("({a} / {b} / {z})", names) == "({a} / {b} * {z_k} * {z_rcp})"
-    for kept in ("({x} / {z} ** 2)", "({x} / {z2})", "({x} / 768.0)", "({x} / ({z} + 1.0))"):
+    for kept in ("({x} / {z} ** 2)", "({x} / {z2})", "({x} / 768.0)", "({x} / ({z} + 1.0))",
+                 "({x} // {z})", "({x}//{z})"):
         assert reciprocal_divisions(kept, names) == kept
     assert row_divisors(["({x} / {m})", "({x} * {z})"], names) == ("m",)
+    # a divisor's own fragments are not an input's or a step's name
+    for clash in ("z_k", "z_rcp"):
+        with pytest.raises(LoweringError, match="distinct"):
+            rowfused_source(RowFusedSpec(64, 4096, (("x", "full", "float16"),
+                                                    (clash, "full", "float16")),
+                                         (RowStep("z", "sum", "{x}"),),
+                                         (("full", f"(({{x}} / {{z}}) + {{{clash}}})",
+                                           "float16"),)),
+                            RowFusedConfig(1, 4096, 256))
     src = rowfused_source(softmax_spec(64, 4096), RowFusedConfig(1, 4096, 256))
     store = next(ln for ln in src.splitlines() if "Out[" in ln)
     assert "z_k[i] * z_rcp[i]" in store and "/" not in store, store

@@ -292,3 +292,33 @@ def test_the_gpu_numerics_cases_lower_on_the_cpu(tmp_path):
     n = sum(len(b.variants) for b in _builds())
     assert sum(len(rows) for rows in lowered.values()) == n
     assert all(mod.path.exists() for rows in lowered.values() for _, mod, _, _ in rows)
+
+
+def logsumexp_graph(m=4, d=64):
+    b = DagBuilder("logsumexp_rows", [("m", m), ("d", d)])
+    b.output(b.log(b.red("sum", "d", b.exp(b.input("S", ["m", "d"])))))
+    return b.build()
+
+
+def test_a_graph_no_plan_can_stabilise_gets_no_fp32_sets(tmp_path):
+    """Logsumexp has no stabilising rule: every plan takes ``exp`` of the raw logits, so
+    every plan would return inf on the sets past fp32's range, and the graph could not be
+    run at all (found by a review of the fp32 sets). The search asks for them only when
+    some plan of the whole space keeps its exponentials bounded; softmax's does."""
+    from superopt.derive import derive_all
+    from superopt.run.session import Session
+    from superopt.search import numerics_excuses, plan_candidates, unbounded_exps
+
+    lse = logsumexp_graph()
+    assert min(unbounded_exps(d.plan) for d in derive_all(lse)) == 1
+    assert numerics_excuses(lse, plan_candidates(lse, budget=1, directory=tmp_path),
+                            "float16")[1] is False
+    assert numerics_excuses(softmax_graph(), plan_candidates(
+        softmax_graph(), budget=1, directory=tmp_path), "float16")[1] is True
+    strict = adversarial_sets(lse, "float16")
+    assert any(s.why.endswith("(float32's range)") for s in strict)
+    loose = adversarial_sets(lse, "float16", fp32_range=False)
+    assert loose and [s.name for s in loose] == \
+        [s.name for s in strict if not s.why.endswith("(float32's range)")]
+    with Session(lse, dtype="float16", device="cpu", fp32_range=False) as s:
+        assert [n for n, _ in s.input_sets()] == [x.name for x in loose]

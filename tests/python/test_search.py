@@ -293,7 +293,8 @@ class _FakeEngine:
     def require(self) -> None:
         self.calls.append(("require",))
 
-    def open(self, graph, *, dtype="float16", timing=None, seed=0, stored=()):
+    def open(self, graph, *, dtype="float16", timing=None, seed=0, stored=(),
+             fp32_range=True):
         self.calls.append(("open", dtype, frozenset(stored)))
         return _FakeRun(self.calls)
 

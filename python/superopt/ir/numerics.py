@@ -122,7 +122,8 @@ def _peak(x: Any, torch_mode: bool) -> tuple[float, int]:
 
 def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
                      device: Any = None,
-                     stored: Collection[NodeId] = frozenset()) -> list[InputSet]:
+                     stored: Collection[NodeId] = frozenset(),
+                     fp32_range: bool = True) -> list[InputSet]:
     """The adversarial input sets of ``graph`` for storage ``dtype`` (see the module
     docstring): at most one per family, ``[]`` when no intermediate can leave the range
     before an output does.
@@ -132,12 +133,15 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
     ``stored``: intermediates that every plan rounds to the storage dtype
     (:func:`superopt.derive.plan.stored_by_every_plan`, e.g. an MLP's hidden activation):
     they must stay in range like the outputs, since no plan could keep them wider.
+    ``fp32_range``: also look for the steps past fp32's range (fp16 storage). False when no
+    plan of the graph keeps its exponentials bounded (logsumexp has no stabilising rule):
+    every candidate would fail those sets, so they would test nothing but the graph.
     """
     d = _dtype(dtype)
     # the ranges an intermediate may leave, narrowest first: the storage dtype's, then the
     # fp32 registers' where that is more than twice as wide
     limits = [(d.largest, f"{d.largest:g}")]
-    if d.largest * 2 < FLOAT32_LARGEST:
+    if fp32_range and d.largest * 2 < FLOAT32_LARGEST:
         limits.append((FLOAT32_LARGEST, f"{FLOAT32_LARGEST:g} (float32's range)"))
     limit = d.largest
     torch_dt = None

@@ -248,9 +248,10 @@ class RayEngine:
             require_cuda(self.device)
 
     def open(self, graph: Any, *, dtype: Any = "float16", timing: TimingConfig | None = None,
-             seed: int = 0, stored: Iterable[int] = ()) -> "RayRun":
+             seed: int = 0, stored: Iterable[int] = (), fp32_range: bool = True) -> "RayRun":
         """Start or join Ray and start one actor per GPU, each actor's session with
-        ``stored`` (the search's set: the same adversarial inputs on every GPU).
+        ``stored`` and ``fp32_range`` (the search's: the same adversarial inputs on every
+        GPU).
 
         Raises:
             NoCudaError: no GPU here (a local Ray; before Ray starts) or in the cluster.
@@ -261,7 +262,7 @@ class RayEngine:
         started = connect(self.address, num_cpus=self.num_cpus, num_gpus=self.num_gpus)
         try:
             return RayRun(self, graph, dtype=dtype, timing=timing, seed=seed, started=started,
-                          stored=frozenset(stored))
+                          stored=frozenset(stored), fp32_range=fp32_range)
         except BaseException:
             if started:
                 disconnect()
@@ -272,7 +273,8 @@ class RayRun:
     """:class:`RayEngine` opened on one graph: its actors, and what it hands them."""
 
     def __init__(self, engine: RayEngine, graph: Any, *, dtype: Any, timing: TimingConfig | None,
-                 seed: int, started: bool, stored: frozenset = frozenset()) -> None:
+                 seed: int, started: bool, stored: frozenset = frozenset(),
+                 fp32_range: bool = True) -> None:
         self.ray = ray = _ray()
         self.engine = engine
         self.started = started
@@ -289,7 +291,8 @@ class RayRun:
         kind = "gpu" if cuda else "cpu"
         handles = [host_cls.options(num_gpus=1 if cuda else 0, num_cpus=engine.actor_cpus)
                    .remote(graph, dtype=dtype, device=engine.device, timing=timing,
-                           seed=seed * 1009 + k, name=f"{kind} {k}", stored=stored)
+                           seed=seed * 1009 + k, name=f"{kind} {k}", stored=stored,
+                           fp32_range=fp32_range)
                    for k in range(n)]
         self.slots = self._start(handles)
         nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}

@@ -107,10 +107,11 @@ class Engine(Protocol):
         ...
 
     def open(self, graph: Any, *, dtype: Any = "float16", timing: TimingConfig | None = None,
-             seed: int = 0, stored: Iterable[int] = ()) -> EngineRun:
+             seed: int = 0, stored: Iterable[int] = (), fp32_range: bool = True) -> EngineRun:
         """Start checking ``graph``'s candidates (the devices' sessions, the workers), each
         session with ``stored`` (:func:`superopt.derive.plan.stored_by_every_plan`: the
-        values every plan stores in 16 bits, kept in range by the adversarial inputs).
+        values every plan stores in 16 bits, kept in range by the adversarial inputs) and
+        ``fp32_range`` (whether those inputs also probe fp32's range).
 
         Raises:
             NoCudaError: the engine's devices are CUDA and there is no GPU.
@@ -149,9 +150,10 @@ class LocalEngine:
         require_cuda(self.devices[0])
 
     def open(self, graph: Any, *, dtype: Any = "float16", timing: TimingConfig | None = None,
-             seed: int = 0, stored: Iterable[int] = ()) -> "LocalRun":
+             seed: int = 0, stored: Iterable[int] = (),
+             fp32_range: bool = True) -> "LocalRun":
         return LocalRun(self, Session(graph, dtype=dtype, device=self.devices[0], timing=timing,
-                                      seed=seed, stored=stored))
+                                      seed=seed, stored=stored, fp32_range=fp32_range))
 
 
 class LocalRun:

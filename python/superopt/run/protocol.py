@@ -63,11 +63,14 @@ def module_name_for(module_path: str | os.PathLike, source_hash: str = "") -> st
 class Setup:
     """The graph (a :class:`superopt.ir.dag.Graph`) and storage dtype of a session, and the
     intermediates every plan stores in 16 bits (``stored``: node ids, kept in range by the
-    adversarial input sets, :func:`superopt.ir.numerics.adversarial_sets`)."""
+    adversarial input sets, :func:`superopt.ir.numerics.adversarial_sets`), and whether
+    those sets also probe fp32's range (``fp32_range``: False when no plan of the graph
+    could pass them)."""
 
     graph: Any
     dtype: str
     stored: frozenset = frozenset()
+    fp32_range: bool = True
 
 
 @dataclass(frozen=True)

@@ -118,15 +118,16 @@ class GpuHost:
             own ``seed``, so no two draw the same check inputs).
         stored: as :class:`~superopt.run.session.Session`: the search's set of values every
             plan stores in 16 bits (the same on every host, so are the adversarial inputs).
+        fp32_range: as :class:`~superopt.run.session.Session`.
         device: ``"cuda"`` (the one GPU Ray gave this actor) or ``"cpu"`` (CI).
         name: how records name this host before its node and device (``"gpu 3"``).
     """
 
     def __init__(self, graph: Any, *, dtype: Any = "float16", device: str = "cuda",
                  timing: TimingConfig | None = None, seed: int = 0, name: str = "",
-                 stored: Iterable[int] = ()) -> None:
+                 stored: Iterable[int] = (), fp32_range: bool = True) -> None:
         self.session = Session(graph, dtype=dtype, device=device, timing=timing, seed=seed,
-                               stored=stored)
+                               stored=stored, fp32_range=fp32_range)
         self.name = name
         self.label: str | None = None
 

@@ -77,6 +77,8 @@ class Session:
         stored: node ids of ``graph`` that every plan stores in 16 bits
             (:func:`superopt.derive.plan.stored_by_every_plan`), kept in range by the
             adversarial input sets.
+        fp32_range: whether the adversarial sets also probe fp32's range (the search
+            passes False when no plan of the graph bounds its exponentials).
 
     Attributes:
         restarts: workers started after the first.
@@ -88,11 +90,13 @@ class Session:
     def __init__(self, graph: Any, *, dtype: Any = "float16", device: str = "cuda",
                  timing: TimingConfig | None = None, seed: int = 0,
                  preload: Sequence[str] | None = None, startup_timeout_s: float = 300.0,
-                 log_dir: str | None = None, stored: Iterable[int] = ()) -> None:
+                 log_dir: str | None = None, stored: Iterable[int] = (),
+                 fp32_range: bool = True) -> None:
         require_cuda(device)
         self.graph = graph
         self.dtype = dtype_name(dtype)
         self.stored = frozenset(stored)
+        self.fp32_range = bool(fp32_range)
         self.device = str(device)
         self.timing = timing
         self.preload = tuple(preload) if preload is not None else (
@@ -122,7 +126,8 @@ class Session:
         w.start()
         self.starts += 1
         try:
-            reply = w.request(Setup(self.graph, self.dtype, self.stored), self.startup_timeout_s)
+            reply = w.request(Setup(self.graph, self.dtype, self.stored, self.fp32_range),
+                              self.startup_timeout_s)
         except WorkerError as e:
             w.kill()
             raise WorkerStartError(f"worker setup failed: {e}") from None

@@ -65,6 +65,7 @@ class Worker:
         self.graph: Any = None
         self.dtype_name: str | None = None
         self.stored: frozenset = frozenset()  # node ids every plan stores in 16 bits
+        self.fp32_range = True  # the adversarial sets also probe fp32's range
         self._rotation: tuple[list, list] | None = None
         self._adversarial: list | None = None  # superopt.ir.numerics.InputSet, per Setup
         self._adversarial_data: list | None = None  # (set, inputs, float64 reference)
@@ -184,6 +185,7 @@ class Worker:
         self.graph = req.graph
         self.dtype_name = dtype_name(req.dtype)
         self.stored = req.stored
+        self.fp32_range = req.fp32_range
         self._rotation = None
         self._adversarial = self._adversarial_data = None
         return P.Reply(None)
@@ -195,7 +197,8 @@ class Worker:
             from ..ir.numerics import adversarial_sets
 
             self._adversarial = adversarial_sets(self.graph, self.dtype_name,
-                                                 device=self.device, stored=self.stored)
+                                                 device=self.device, stored=self.stored,
+                                                 fp32_range=self.fp32_range)
         return self._adversarial
 
     def on_InputSets(self, req: P.InputSets) -> P.Reply:

@@ -22,7 +22,8 @@ import re
 
 from ..emit import Lines
 from .row_launch import COL_FIELD, ROW_FIELD
-from .rowfused_spec import (STAGE_PREFIX, STAGED_DTYPES, OnlinePair, RowFusedConfig, RowFusedSpec,
+from .rowfused_spec import (RCP_SUFFIX, SCALE_SUFFIX, STAGE_PREFIX, STAGED_DTYPES, OnlinePair,
+                            RowFusedConfig, RowFusedSpec,
                             check_rowfused, check_rowfused_config, is_resident,
                             prefetch_bytes, rowfused_bytes, rowfused_grid, rowfused_min_bytes)
 from .tiling import ceil_div
@@ -36,7 +37,6 @@ _IDENTITY = {"sum": "0.0", "max": _NEG_INF}
 #: above 2^126); the element is scaled by the same power before it is multiplied.
 RCP_SMALL, RCP_LARGE = 2.0 ** -100, 2.0 ** 100
 RCP_UP, RCP_DOWN = 2.0 ** 64, 2.0 ** -64
-RCP_SUFFIX, SCALE_SUFFIX = "_rcp", "_k"
 
 
 def row_divisors(exprs, names) -> tuple[str, ...]:
@@ -62,8 +62,9 @@ def reciprocal_divisions(expr: str, names) -> str:
 
 
 def _division_by(name: str) -> "re.Pattern":
-    # the divisor is the field alone: not raised to a power, indexed, called or dotted
-    return re.compile(r"\s*/\s*\{" + re.escape(name) + r"\}(?!\s*\*\*|\s*[\[(.])")
+    # a true division (not ``//``) by the field alone: not raised to a power, indexed,
+    # called or dotted
+    return re.compile(r"\s*(?<!/)/(?!/)\s*\{" + re.escape(name) + r"\}(?!\s*\*\*|\s*[\[(.])")
 
 
 def rowfused_source(spec: RowFusedSpec, cfg: RowFusedConfig) -> str:

@@ -55,6 +55,9 @@ from .tiling import ceil_div, round_up
 _OWN = {"acc", "acc_m", "acc_s", "acc_v", "acc_n", "acc_r"}
 #: Prefix of the staging fragments of a resident tile's outputs (``acc_o0``, ``acc_o1``, ...).
 STAGE_PREFIX = "acc_o"
+#: Suffixes of a per-row divisor ``s``'s own fragments: its reciprocal ``s_rcp`` and the
+#: power of two ``s_k`` it is scaled by (:func:`.rowfused.reciprocal_divisions`).
+RCP_SUFFIX, SCALE_SUFFIX = "_rcp", "_k"
 #: Output dtypes a staged store writes 16 bytes at a time (8 elements per access).
 STAGED_DTYPES = ("float16", "bfloat16")
 #: The full-occupancy twin is offered when the tile's estimated fragment registers are at
@@ -256,11 +259,14 @@ def check_rowfused(spec: RowFusedSpec) -> None:
         if st.op not in ("sum", "max", "row"):
             raise LoweringError(f"step {st.name!r} op must be sum, max or row, got {st.op!r}")
         names.append(st.name)
+    steps = {st.name for st in s.steps}
     own = [n for n in names if n in _OWN or n[-2:] in ("_f", "_s") and n[:-2] in names
-           or n.startswith(STAGE_PREFIX)]
+           or n.startswith(STAGE_PREFIX)
+           or any(n.endswith(x) and n[:-len(x)] in steps for x in (RCP_SUFFIX, SCALE_SUFFIX))]
     if own or len(set(names)) != len(names):
         raise LoweringError(f"input and step names must be distinct and not the kernel's own "
-                            f"(acc*, <input>_f, <input>_s, {STAGE_PREFIX}*): {names}")
+                            f"(acc*, <input>_f, <input>_s, <step>{SCALE_SUFFIX}, "
+                            f"<step>{RCP_SUFFIX}, {STAGE_PREFIX}*): {names}")
     if not s.outputs:
         raise LoweringError("a row-fused kernel writes at least one output")
     kinds = {n: kind for n, kind, _ in s.inputs}
