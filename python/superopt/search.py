@@ -291,11 +291,19 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
     matching.close()
     scored.sort(key=lambda t: t[:4])
     unique, seen_specs = [], set()
-    for est, _, _, _, d, m, key in scored:  # plans whose kernels lower to the same specs: the first
-        if key not in seen_specs:
+    for est, unb, _, _, d, m, key in scored:  # plans whose kernels lower to the same specs:
+        if key not in seen_specs:              # the first
             seen_specs.add(key)
-            unique.append((est, d, m))
-    unique = _leaders_first(unique)
+            unique.append((est, d, m, unb))
+    # Where some plan keeps every exponential bounded, the search checks past fp32's range
+    # (numerics_excuses), where a plan with an unbounded one returns inf or NaN: those go
+    # after every bounded plan, whatever their estimate (a graph of three softmaxes hit the
+    # enumerator's cap and its 24 candidates were all unstabilised).
+    bounded = [u[:3] for u in unique if u[3] == 0]
+    if bounded:
+        unique = _leaders_first(bounded) + _leaders_first([u[:3] for u in unique if u[3]])
+    else:
+        unique = _leaders_first([u[:3] for u in unique])
     out: list[PlannedCandidate] = []
     remaining = budget
     seen_src: set[str] = set()
@@ -411,8 +419,16 @@ def bounded_exps_exist(graph: Graph, plans: Plans, dtype: str) -> bool:
     argument (:func:`unbounded_exps` 0), i.e. whether the adversarial sets past fp32's range
     test plans rather than the graph. Softmax: yes (the stabilised plan). Logsumexp or
     log-softmax: no rule bounds their ``exp``, so every plan would return ``inf`` on those
-    sets and none could be run. Unknown space: ``True`` (nothing excused)."""
+    sets and none could be run. When the space is not known whole (a cap), the plans this
+    search has decide: its candidates come from them."""
     return numerics_excuses(graph, plans, dtype)[1]
+
+
+#: The record's note when the adversarial inputs skip fp32's range (no plan could pass it).
+FP32_RANGE_NOTE = ("no plan of this graph keeps every exponential's argument bounded "
+                   "(x - max x; no rule stabilises e.g. a logsumexp), so its kernels "
+                   "overflow fp32 past an argument of 88.7 and the adversarial inputs do not "
+                   "probe that range")
 
 
 def numerics_excuses(graph: Graph, plans: Plans, dtype: str) -> tuple[frozenset, bool]:
@@ -421,8 +437,9 @@ def numerics_excuses(graph: Graph, plans: Plans, dtype: str) -> tuple[frozenset,
     if dtype_name(dtype) not in STORAGE_DTYPES:
         return frozenset(), True  # nothing is stored in 16 bits (float32: the CPU tests)
     space = _plan_space(graph, plans, dtype)
-    if space is None:
-        return frozenset(), True
+    if space is None:  # capped: nothing is excused from storage, and the fp32 range is
+        # probed if a plan this search has can pass it (its candidates come from those)
+        return frozenset(), any(unbounded_exps(m.plan) == 0 for _, m in plans.matched)
     return (stored_by_every_plan(graph, space),
             any(unbounded_exps(p) == 0 for p in space))
 
@@ -518,6 +535,8 @@ def tune(graph: Graph, *, dtype: str = "float16", budget: int = 24, budget_s: fl
     if comparison is not None:
         _apply_comparison(recs, peer_results, comparison)
     notes += _device_notes(results, comparison)
+    if not fp32_range and plans.matched:
+        notes.append(FP32_RANGE_NOTE)
     record = RunRecord(graph, dtype, "timed", _command(command), env, len(plans.derived),
                        len(plans.matched), recs, peer_results, comparison, ceilings,
                        search_cost(stats, t_plan), notes)

@@ -107,6 +107,16 @@ def test_bf16_gets_no_second_range():
     assert len(adversarial_sets(softmax_graph(), "bfloat16")) == 2
 
 
+def test_bf16s_range_is_fp32s_so_a_graph_no_plan_bounds_gets_no_bf16_sets():
+    """bf16's largest value is fp32's (3.39e38): its sets are fp32-range sets, which a
+    logsumexp (no stabilising rule) cannot pass in any plan."""
+    lse = logsumexp_graph()
+    assert len(adversarial_sets(lse, "bfloat16")) == 2
+    assert adversarial_sets(lse, "bfloat16", fp32_range=False) == []
+    # fp16 keeps the sets of its own range
+    assert adversarial_sets(lse, "float16", fp32_range=False)
+
+
 def test_layernorm_gets_a_large_mean_and_matmul_gets_nothing():
     names = [s.name for s in adversarial_sets(layernorm_graph(), "float16")]
     assert any(n.startswith("offset +") for n in names)

@@ -296,6 +296,7 @@ class _FakeEngine:
     def open(self, graph, *, dtype="float16", timing=None, seed=0, stored=(),
              fp32_range=True):
         self.calls.append(("open", dtype, frozenset(stored)))
+        self.fp32_range = fp32_range
         return _FakeRun(self.calls)
 
 
@@ -394,3 +395,47 @@ def test_the_plans_an_fp32_range_set_would_reject_rank_after_equal_stable_ones(t
     online = [d.plan for d in derive_all(att)
               if "online_softmax" in {s.rule for s in d.derivation.steps}]
     assert online and all(unbounded_exps(p) == 0 for p in online)
+
+
+def _logsumexp(m=8, d=64):
+    from superopt.dsl import DagBuilder
+
+    b = DagBuilder("logsumexp_rows", [("m", m), ("d", d)])
+    b.output(b.log(b.red("sum", "d", b.exp(b.input("S", ["m", "d"])))))
+    return b.build()
+
+
+def test_a_graph_no_plan_can_bound_is_told_so_and_its_sessions_skip_the_fp32_range(tmp_path):
+    """Logsumexp: no rule bounds its ``exp``; the engine's sessions are opened without the
+    fp32-range sets (every candidate would fail them) and the record says what that leaves
+    unchecked. Softmax's are opened with them."""
+    from superopt import search
+
+    for g, probed in ((_logsumexp(), False),
+                      (load_graph("examples/models/softmax.py:softmax"), True)):
+        engine = _FakeEngine()
+        record = search.tune(g, budget=2, plans=plan_candidates(g, budget=2,
+                                                                 directory=tmp_path),
+                             engine=engine, progress=False)
+        assert engine.fp32_range is probed
+        assert (search.FP32_RANGE_NOTE in record.notes) is not probed
+
+
+def test_where_some_plan_is_bounded_every_bounded_plan_comes_first(tmp_path):
+    """Three independent softmaxes multiply the plan space past the enumerator's cap; the
+    estimate alone put 24 unstabilised candidates first (a hostile-user pass found it), all
+    of which the fp32-range sets reject. A capped space also decides those sets from the
+    plans the search has."""
+    from superopt.dsl import DagBuilder, softmax_subdag
+    from superopt.search import numerics_excuses, unbounded_exps
+
+    b = DagBuilder("three_softmaxes", [("m", 64), ("n", 128)])
+    for i in range(3):
+        b.output(softmax_subdag(b, b.input(f"X{i}", ["m", "n"]), "n"))
+    g = b.build()
+    plans = plan_candidates(g, budget=4, directory=tmp_path, max_plans=3000)
+    assert plans.capped and not plans.complete
+    assert any(unbounded_exps(m.plan) for _, m in plans.matched)  # the unstable ones exist
+    assert plans.candidates and all(unbounded_exps(c.derived.plan) == 0
+                                    for c in plans.candidates)
+    assert numerics_excuses(g, plans, "float16") == (frozenset(), True)

@@ -133,16 +133,23 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
     ``stored``: intermediates that every plan rounds to the storage dtype
     (:func:`superopt.derive.plan.stored_by_every_plan`, e.g. an MLP's hidden activation):
     they must stay in range like the outputs, since no plan could keep them wider.
-    ``fp32_range``: also look for the steps past fp32's range (fp16 storage). False when no
-    plan of the graph keeps its exponentials bounded (logsumexp has no stabilising rule):
-    every candidate would fail those sets, so they would test nothing but the graph.
+    ``fp32_range``: probe fp32's range (fp16: a second set per family; bf16: its own sets,
+    since bf16's range is fp32's). False when no plan of the graph keeps its exponentials
+    bounded (logsumexp has no stabilising rule): every candidate would fail such sets, so
+    they would test nothing but the graph.
     """
     d = _dtype(dtype)
     # the ranges an intermediate may leave, narrowest first: the storage dtype's, then the
     # fp32 registers' where that is more than twice as wide
-    limits = [(d.largest, f"{d.largest:g}")]
-    if fp32_range and d.largest * 2 < FLOAT32_LARGEST:
-        limits.append((FLOAT32_LARGEST, f"{FLOAT32_LARGEST:g} (float32's range)"))
+    limits = []
+    if d.largest * 2 < FLOAT32_LARGEST:
+        limits.append((d.largest, f"{d.largest:g}"))
+        if fp32_range:
+            limits.append((FLOAT32_LARGEST, f"{FLOAT32_LARGEST:g} (float32's range)"))
+    elif fp32_range:  # bf16 (fp32): leaving the storage range is leaving fp32's
+        limits.append((d.largest, f"{d.largest:g}"))
+    if not limits:
+        return []
     limit = d.largest
     torch_dt = None
     if device is not None:
