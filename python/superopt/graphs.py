@@ -69,19 +69,25 @@ def _from_python(path: Path, func: str, sizes: dict) -> Graph:
     if not path.is_file():
         raise CaseError(f"no such file {str(path)!r}", path="graph")
     name = f"superopt_user_graph_{abs(hash(str(path.resolve())))}"
+    # the file's folder on the path, as `python FILE.py` would have it: a model file may
+    # import its sibling modules
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
-    except Exception as e:  # noqa: BLE001 - the user's file failed: say so in one line
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's file failed (or
+        # called sys.exit, which must not become superopt's own exit status): one line
         sys.modules.pop(name, None)
         raise CaseError(f"importing {str(path)!r} failed: {type(e).__name__}: {e}",
                         path="graph") from None
     fn = getattr(mod, func, None)
     if not callable(fn):
         known = [n for n, v in vars(mod).items() if inspect.isfunction(v)
-                 and v.__module__ == name]
+                 and v.__module__ == name and not n.startswith("_")]
         raise CaseError(f"{path} has no function {func!r}; its functions: "
                         f"{', '.join(known) or 'none'}", path="graph")
     try:
@@ -97,7 +103,7 @@ def _from_python(path: Path, func: str, sizes: dict) -> Graph:
         g = fn(**sizes)
     except SuperoptError:
         raise
-    except Exception as e:  # noqa: BLE001
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - sys.exit(N) too: not our status
         raise CaseError(f"{func}(**{sizes}) raised {type(e).__name__}: {e}",
                         path="graph") from None
     if not isinstance(g, Graph):

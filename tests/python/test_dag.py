@@ -186,6 +186,22 @@ def test_unknown_axis_size():
     raises(errors.UnknownAxisError, "nodes[0]", b.size_const, "q")
 
 
+def test_an_input_name_declared_twice():
+    """One name, one tensor: two inputs named X (a hostile-user pass built one of shape
+    [m, n] and one of [n]) lowered to a launcher taking X twice, and the checks drew one X
+    for both, then failed inside the float64 reference (the same in Lean's
+    ``Graph.inferAll``)."""
+    two = (Node("input", (), ("m",), name="X"), Node("input", (), ("m",), name="X"),
+           Node("add", (0, 1)))
+    e = raises(errors.GraphError, "nodes[1]", Graph, "t", (("m", 2),), two, 2)
+    assert "input 'X' is declared twice (nodes[0] and nodes[1])" in str(e)
+    b = builder()
+    b.input("X", ["m"])
+    with pytest.raises(errors.GraphError, match="declared twice"):
+        b.input("X", ["m"])
+        b.build()
+
+
 def test_unknown_axis_in_graph():
     raises(errors.UnknownAxisError, "nodes[0]", Graph, "t", (("m", 2),),
            (Node("input", (), ("q",), name="X"),), 0)

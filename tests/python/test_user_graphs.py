@@ -34,6 +34,15 @@ def raises(m=4):
 
 def not_a_graph(m=4):
     return 42
+
+
+def exits(m=4):
+    import sys
+    sys.exit(3)
+
+
+def _private_helper():
+    return None
 """
 
 
@@ -81,7 +90,9 @@ def test_caps_are_reported(capsys):
 @pytest.mark.parametrize("spec,case,message", [
     ("{dir}/nope.py:my_block", None, "no such file '{dir}/nope.py'"),
     ("{dir}/model.py:missing", None, "has no function 'missing'; its functions: my_block, "
-                                     "raises, not_a_graph"),
+                                     "raises, not_a_graph, exits\n"),
+    # sys.exit(3) in the user's function is theirs, not superopt's exit status 3 (no GPU)
+    ("{dir}/model.py:exits", None, "exits(**{{}}) raised SystemExit: 3"),
     ("{dir}/model.py:raises", None, "raises(**{{}}) raised RuntimeError: boom"),
     ("{dir}/model.py:not_a_graph", None, "not_a_graph() returned int, not a superopt Graph"),
     ("{dir}/model.py:my_block", "q=4", "my_block() takes no size 'q'; its parameters are m, d, n"),
@@ -100,6 +111,21 @@ def test_a_file_that_fails_to_import(capsys, tmp_path):
     p.write_text("import not_a_module_anywhere\n")
     code, _, err = run(capsys, "derive", f"{p}:f")
     assert code == 2 and "importing" in err and "ModuleNotFoundError" in err
+    p.write_text("import sys\nsys.exit(0)\n")
+    code, _, err = run(capsys, "derive", f"{p}:f")
+    assert code == 2 and "importing" in err and "SystemExit: 0" in err
+
+
+def test_a_model_file_imports_its_sibling_modules(capsys, tmp_path):
+    """As ``python model.py`` would: a model split over files in one folder."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "blocks_of_mine.py").write_text(textwrap.dedent(MY_BLOCK))
+    (pkg / "model.py").write_text("from blocks_of_mine import my_block\n\n\n"
+                                  "def model(m=16):\n    return my_block(m=m)\n")
+    code, out, err = run(capsys, "derive", f"{pkg}/model.py:model", "--json")
+    assert code == 0, err
+    assert json.loads(out)["case"]["m"] == 16
 
 
 def test_run_with_a_bad_graph_writes_nothing(capsys, tmp_path):
@@ -149,3 +175,28 @@ def test_load_graph_api_raises_the_typed_error(user_file):
 def test_example_models_load_at_their_defaults():
     g = load_graph(f"{MODELS / 'llama3_attention.py'}:llama3_attention")
     assert g.sizes["t_q"] == 4096 and g.output_shape == (1, 8, 4, 4096, 128)
+
+
+OUTPUT_IS_INPUT = """
+from superopt.dsl import DagBuilder
+
+
+def identity(m=8, n=8):
+    b = DagBuilder("identity", [("m", m), ("n", n)])
+    b.output(b.input("X", ["m", "n"]))
+    return b.build()
+"""
+
+
+def test_a_graph_whose_output_is_its_input_says_there_is_nothing_to_compute(capsys, tmp_path):
+    """Derive called it one lowerable plan of no kernel and the dry run then failed inside
+    the configuration space (``ValueError: max() arg is an empty sequence``, a hostile-user
+    pass); now both say why nothing lowers."""
+    p = tmp_path / "ident.py"
+    p.write_text(textwrap.dedent(OUTPUT_IS_INPUT))
+    code, out, _ = run(capsys, "derive", f"{p}:identity")
+    assert code == 1 and out.startswith("0 lowerable derivations of 1")
+    assert "output 0 (node 0) is input 'X'" in out and "nothing to compute" in out
+    code, out, err = run(capsys, "run", f"{p}:identity", "--dry-run", "--out",
+                         str(tmp_path / "o"))
+    assert code == 1 and "nothing to compute" in out + err and "internal" not in out + err

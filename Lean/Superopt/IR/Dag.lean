@@ -423,14 +423,25 @@ def checkArgsFrom (total i : Nat) (path : String) : List NodeId → Nat → Exce
 /-- The inferred output axes of every node, in node order, after checking the declaration
 table and every node's arguments (as Python's `Graph.__post_init__` does, minus the output).
 
-Errors: any `GraphError` kind but `missingOutput`. -/
+Errors: any `GraphError` kind but `missingOutput`; `graph` for an input name declared twice. -/
 def Graph.inferAll (g : Graph) : Except GraphError (Array (List Axis)) := do
   checkAxisTable g.axes
   let total := g.nodes.size
   let mut out : Array (List Axis) := #[]
+  -- the input names seen so far, each with its node (one name, one tensor)
+  let mut inputs : List (Axis × Nat) := []
   for node in g.nodes do
     let i := out.size
     let path := s!"nodes[{i}]"
+    match node with
+    | .input name _ =>
+      match lookupSize inputs name with
+      | some j =>
+        GraphError.throw .graph path
+          (s!"input {quoteAxis name} is declared twice (nodes[{j}] and nodes[{i}]); give " ++
+            "each input its own name, or read one input node twice")
+      | none => inputs := (name, i) :: inputs
+    | _ => pure ()
     checkArgsFrom total i path node.args 0
     let axes ← node.inferAxes g.axes path out
     out := out.push axes

@@ -242,8 +242,16 @@ class Graph:
             sizes[a] = s
         object.__setattr__(self, "_sizes", sizes)
         checked: list[Node] = []
+        inputs: dict[str, int] = {}  # input name -> its node
         for i, node in enumerate(self.nodes):
             where = f"nodes[{i}]"
+            if node.op == "input":
+                if node.name in inputs:  # one name, one tensor: the launcher, the checks and
+                    # the wire bind inputs by name
+                    raise GraphError(f"input {node.name!r} is declared twice (nodes"
+                                     f"[{inputs[node.name]}] and nodes[{i}]); give each input "
+                                     "its own name, or read one input node twice", path=where)
+                inputs[node.name] = i
             for j, arg in enumerate(node.args):
                 if isinstance(arg, bool) or not isinstance(arg, int) or arg < 0 or arg >= len(self.nodes):
                     raise DanglingNodeError(f"argument {j} is {arg!r}, which names no node "

@@ -38,9 +38,18 @@ def match_plan(plan: Plan, dtype: str = "float16") -> PlanMatch:
     """Every kernel of ``plan`` matched to its family, for storage dtype ``dtype``.
 
     Raises:
-        LoweringError: a kernel no family expresses; CaseError: an unknown dtype.
+        LoweringError: a kernel no family expresses, or a plan of no kernel (every output is
+            an input or a constant: nothing to compute); CaseError: an unknown dtype.
     """
     name = _storage(dtype).name
+    if not plan.kernels:
+        g = plan.graph
+        o = g.outputs[0]
+        what = (f"input {g.nodes[o].name!r}" if g.nodes[o].op == "input"
+                else f"a {g.nodes[o].op} node")
+        raise LoweringError(f"the plan has no kernel: output 0 (node {o}) is {what}, and so is "
+                            "every other output; there is nothing to compute (use the "
+                            "input itself)", path="outputs[0]")
     return PlanMatch(plan, name, tuple(match_kernel(plan, k, name)
                                        for k in range(len(plan.kernels))))
 
