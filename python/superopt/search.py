@@ -414,16 +414,6 @@ def stored_in_16_bits(graph: Graph, plans: Plans, dtype: str) -> frozenset:
     return numerics_excuses(graph, plans, dtype)[0]
 
 
-def bounded_exps_exist(graph: Graph, plans: Plans, dtype: str) -> bool:
-    """Whether some plan of ``graph``'s whole plan space has no exponential of an unbounded
-    argument (:func:`unbounded_exps` 0), i.e. whether the adversarial sets past fp32's range
-    test plans rather than the graph. Softmax: yes (the stabilised plan). Logsumexp or
-    log-softmax: no rule bounds their ``exp``, so every plan would return ``inf`` on those
-    sets and none could be run. When the space is not known whole (a cap), the plans this
-    search has decide: its candidates come from them."""
-    return numerics_excuses(graph, plans, dtype)[1]
-
-
 #: The record's note when the adversarial inputs skip fp32's range (no plan could pass it).
 FP32_RANGE_NOTE = ("no plan of this graph keeps every exponential's argument bounded "
                    "(x - max x; no rule stabilises e.g. a logsumexp), so its kernels "
@@ -432,8 +422,12 @@ FP32_RANGE_NOTE = ("no plan of this graph keeps every exponential's argument bou
 
 
 def numerics_excuses(graph: Graph, plans: Plans, dtype: str) -> tuple[frozenset, bool]:
-    """``(stored_in_16_bits, bounded_exps_exist)`` from one look at the plan space: what
-    the adversarial inputs hold in range and whether they probe fp32's range."""
+    """From one look at the plan space: what the adversarial inputs hold in range
+    (:func:`stored_in_16_bits`) and whether they probe fp32's range, i.e. whether some plan
+    has no exponential of an unbounded argument (:func:`unbounded_exps` 0). Softmax: yes
+    (the stabilised plan). Logsumexp or log-softmax: no rule bounds their ``exp``, so every
+    plan would return ``inf`` on those sets and none could be run. When the space is not
+    known whole (a cap), the plans this search has decide: its candidates come from them."""
     if dtype_name(dtype) not in STORAGE_DTYPES:
         return frozenset(), True  # nothing is stored in 16 bits (float32: the CPU tests)
     space = _plan_space(graph, plans, dtype)
