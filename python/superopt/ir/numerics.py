@@ -17,8 +17,10 @@ storage dtype's largest finite value, while every output keeps its finite patter
 under half that value. With fp16 storage each family also gets the smallest step at which an
 intermediate exceeds **float32's** largest value (3.4e38): a plan that keeps an unstabilised
 ``exp`` in fp32 registers passes at fp16's range (logits ~11) but returns NaN for logits
-above 88.7, which fp16 inputs hold and ``torch.softmax`` gets right. (bf16's range is fp32's,
-so its first set already probes it.) A graph whose intermediates never leave the range before its output
+above 88.7, which fp16 inputs hold and ``torch.softmax`` gets right. bf16's range is fp32's,
+so its first set already probes it. Either is asked for only where some plan of the graph
+keeps its exponentials bounded (``fp32_range``; the search decides it over the plan space).
+A graph whose intermediates never leave the range before its output
 does (a plain GEMM) gets no adversarial set: there is nothing to be unstable about. Values
 that every plan stores in 16 bits (``stored``: an MLP's hidden activation, which is always
 a 16-bit GEMM operand) are held in range like the outputs: their overflow is the model's,
@@ -211,4 +213,5 @@ def _round_to(x: np.ndarray, name: str) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-__all__ = ["InputSet", "STEPS", "FLOAT32_LARGEST", "realistic_set", "adversarial_sets", "node_peaks"]
+__all__ = ["InputSet", "STEPS", "FLOAT32_LARGEST", "realistic_set", "adversarial_sets",
+           "node_peaks"]
