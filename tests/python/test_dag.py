@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from superopt import errors
 from superopt.dag import BINARY_OPS, UNARY_OPS, Graph, Node
-from superopt.dsl import AxisOrderWarning, DagBuilder, build_graph_with_output
+from superopt.dsl import AxisOrderWarning, BroadcastWarning, DagBuilder, build_graph_with_output
 from superopt.ir.semantics import evaluate, random_inputs
 from superopt.workloads import (RMS_EPS, WORKLOADS, get_workload, matmul_graph, parse_case)
 
@@ -184,6 +184,28 @@ def test_unknown_axis_input():
 def test_unknown_axis_size():
     b = builder()
     raises(errors.UnknownAxisError, "nodes[0]", b.size_const, "q")
+
+
+def test_a_broadcast_over_axes_neither_operand_shares_is_warned_about():
+    """``X[t, n] + B[k]`` with ``k`` a typo for ``n``: an outer sum of 1 G elements at 1024
+    each, which a hostile-user pass built without a word. A bias over a shared axis, a
+    scalar and the smaller-operand-first case are not this warning's."""
+    import warnings
+
+    b = DagBuilder("typo", [("t", 1024), ("n", 1024), ("k", 1024)])
+    x, bias = b.input("X", ["t", "n"]), b.input("B", ["k"])
+    with pytest.warns(BroadcastWarning) as w:
+        y = b.add(x, bias)
+    assert b.nodes[y].axes == ("t", "n", "k")
+    msg = str(w[0].message)
+    assert msg.startswith("nodes[2]: add of axes ['t', 'n'] and ['k'] broadcasts to "
+                          "['t', 'n', 'k']: the first lacks 'k' (1024), the second 't' (1024), "
+                          "'n' (1024)"), msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BroadcastWarning)
+        b.add(x, b.input("C", ["n"]))      # a column bias: n is shared
+        b.mul(x, b.const(2.0))             # a scalar
+        b.sub(x, b.mean("n", x))           # a row statistic
 
 
 def test_an_input_name_declared_twice():

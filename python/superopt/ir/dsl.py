@@ -43,6 +43,14 @@ class AxisOrderWarning(UserWarning):
     warning names the node and the rewrite that keeps the larger operand's order."""
 
 
+class BroadcastWarning(UserWarning):
+    """A binary op each of whose operands has an axis the other lacks: the result spans the
+    axes of both (``X[t, n] + B[k]`` is ``[t, n, k]``, an outer sum). That is what the graph
+    says and may be meant (an outer product), but a bias or scale written over a mistyped
+    axis name does it too, and the result then grows by a factor of the stray axis's size:
+    a hostile-user pass built a 1 G-element intermediate this way without a word."""
+
+
 class DagBuilder:
     """Accumulates nodes over declared axes; :meth:`build` returns the checked :class:`Graph`.
 
@@ -95,6 +103,7 @@ class DagBuilder:
         # axes are global names with one size each: broadcasting cannot mismatch sizes
         i = self._add(Node(op, (x, y)))
         self._warn_axis_order(i)
+        self._warn_broadcast(i)
         return i
 
     def exp(self, x: NodeId) -> NodeId:
@@ -208,6 +217,23 @@ class DagBuilder:
                 f"do not lower ('superopt derive' lists what does); {fix} to keep "
                 f"{list(ya)}"), stacklevel=4)
 
+    def _warn_broadcast(self, i: NodeId) -> None:
+        """:class:`BroadcastWarning` when neither operand of binary node ``i`` has all the
+        other's axes (a scalar, with none, broadcasts silently)."""
+        node = self.nodes[i]
+        xs, ys = (self.nodes[a].axes for a in node.args)
+        if xs and ys and not (set(xs) <= set(ys) or set(ys) <= set(xs)):
+            sizes = dict(self.axes)
+
+            def lacks(have, other):
+                return ", ".join(f"{a!r} ({sizes[a]})" for a in other if a not in have)
+
+            warnings.warn(BroadcastWarning(
+                f"nodes[{i}]: {node.op} of axes {list(xs)} and {list(ys)} broadcasts to "
+                f"{list(node.axes)}: the first lacks {lacks(xs, ys)}, the second "
+                f"{lacks(ys, xs)}; if this is not an outer product, check the axis names"),
+                stacklevel=4)
+
     def build(self) -> Graph:
         """The checked graph. Raises :class:`MissingOutputError` if no output was set."""
         return Graph(self.name, self.axes, tuple(self.nodes), tuple(self._outputs))
@@ -243,4 +269,5 @@ def rms_norm_subdag(b: DagBuilder, x: NodeId, axis: Axis, eps: float) -> NodeId:
 
 
 __all__ = ["DagBuilder", "build_graph_with_output", "softmax_subdag", "rms_norm_subdag",
+           "BroadcastWarning",
            "SUM", "MAX"]
