@@ -155,10 +155,10 @@ def unbounded_exps(plan) -> int:
     """How many ``exp``/``exp2`` nodes of the plan take an argument not bounded above by its
     own form: anything but ``x - max(x)`` (the ``stabilize_softmax`` rule's form), scaled by
     a positive constant. Such an ``exp`` overflows fp32 past an argument of 88.7, which
-    fp16 logits reach, and the adversarial check (:mod:`superopt.ir.numerics`) then rejects
-    the candidate; ranked before :func:`natural_exps`, it breaks exact estimate ties
-    (softmax's unstabilised and stabilised one-pass plans move the same bytes) in favour of
-    the plan that will pass, so that the budget is not spent on ones that will not."""
+    fp16 logits reach. Where some plan of the graph has none, the adversarial check
+    (:mod:`superopt.ir.numerics`, :func:`numerics_excuses`) probes that range and rejects
+    the plans that have one, so :func:`_plan` ranks them after every plan that has none,
+    whatever the estimates, and the budget is not spent on candidates that cannot pass."""
     g = plan.graph
 
     def bounded(i) -> bool:
