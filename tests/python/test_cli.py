@@ -461,7 +461,7 @@ def test_head_does_not_traceback(tmp_path):
               'echo "status=${PIPESTATUS[0]}" >&2')
     p = subprocess.run(["bash", "-c", script, sys.executable], capture_output=True, text=True,
                        env=_env(), cwd=tmp_path, timeout=300)
-    assert p.stdout.startswith("548 lowerable derivations of 984 of rmsnorm_mlp")
+    assert p.stdout.startswith("1188 lowerable derivations of 1794 of rmsnorm_mlp")
     assert p.stdout.count("\n") == 1
     assert p.stderr == "status=0\n", p.stderr
 

@@ -128,7 +128,8 @@ def test_mutated_golden_files(name, edits):
 @settings(FUZZ, max_examples=12)
 @given(st.sampled_from(sorted(n for n in GOLDEN if len(GOLDEN[n]) >= 20_000)), EDITS)
 def test_mutated_large_golden_files(name, edits):
-    """The derivation lists (60-600 KB): one edit anywhere, decoded within the memory bound."""
+    """The derivation lists (60 KB-1.3 MB): one edit anywhere, decoded within the memory
+    bound."""
     data = mutate(GOLDEN[name], edits)
     check_within_memory(data)
 
@@ -136,8 +137,9 @@ def test_mutated_large_golden_files(name, edits):
 # -- large inputs: the memory bound ---------------------------------------------------------
 
 def check_within_memory(data: bytes) -> None:
-    """Decode ``data`` under tracemalloc: the peak stays under 64 MiB, success or not."""
-    assert len(data) <= MIB + 64
+    """Decode ``data`` (at most 2 MiB: the golden derivation lists and the wide inputs
+    below) under tracemalloc: the peak stays under 64 MiB, success or not."""
+    assert len(data) <= 2 * MIB + 64
     tracemalloc.start()
     try:
         try:

@@ -587,7 +587,8 @@ def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
 /-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` (not
 elementwise only) over the same domain, its reads being `p`'s fragments (outside `p`'s
 streamed loop), row vectors and, when `p` is a GEMM kernel (a matmul, not online), column
-vectors (axes exactly the domain's last axis: the bias of `X @ W + b`). -/
+vectors (axes exactly the domain's last axis: the bias of `X @ W + b`) and tensors over the
+whole domain (the residual of `X + H @ W`). -/
 def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for c in [0:p.kernels.size] do
@@ -613,10 +614,11 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
         let inLoop : Bool := match kp.stream with
           | some st => (p.axesOf a).contains st
           | none => false
-        -- from elsewhere: a row vector of the domain, or a GEMM's column vector
+        -- from elsewhere: a row vector of the domain, or a GEMM's column vector or residual
         let rowVector : Bool := (p.axesOf a).all (fun x => rowAxes.contains x)
         let colVector : Bool := gemm && p.axesOf a == colAxes
-        if (fromP && inLoop) || (!fromP && !rowVector && !colVector) then
+        let residual : Bool := gemm && p.axesOf a == dom
+        if (fromP && inLoop) || (!fromP && !rowVector && !colVector && !residual) then
           ok := false
       if ok && (epiloguePosition p pk c).isSome then
         out := out.push [siteN pk, siteN c]

@@ -82,7 +82,8 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
     only) over the same domain, its reads being ``p``'s fragments (outside ``p``'s streamed
     loop), row vectors (axes within the domain minus its last axis) and, when ``p`` is a
     GEMM kernel (a matmul, not online), column vectors (axes exactly ``[last axis]``: the
-    bias of ``X @ W + b``), in a valid position (:func:`epilogue_position`)."""
+    bias of ``X @ W + b``) and tensors of the whole domain (the residual of ``X + H @ W``,
+    read once per output element), in a valid position (:func:`epilogue_position`)."""
     g, out = plan.graph, []
     for c in range(len(plan.kernels)):
         if not elementwise_only(plan, c):
@@ -100,8 +101,9 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
                     if kp.stream is not None and kp.stream in g.nodes[a].axes:
                         ok = False  # a value inside p's streamed loop, not an epilogue value
                 elif not (set(g.nodes[a].axes) <= set(dom[:-1])
-                          or (gemm and tuple(g.nodes[a].axes) == tuple(dom[-1:]))):
-                    ok = False  # epilogues read p's fragments, row vectors, a GEMM's columns
+                          or (gemm and tuple(g.nodes[a].axes) in (tuple(dom[-1:]), tuple(dom)))):
+                    ok = False  # epilogues read p's fragments, row vectors, a GEMM's
+                    # columns and residuals
             if ok and epilogue_position(plan, p, c) is not None:
                 out.append((p, c))
     return out

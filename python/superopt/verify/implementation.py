@@ -169,7 +169,12 @@ def _small_graphs() -> dict[str, Graph]:
         w = b.neg(b.input("W", ["d", "n"]))
         return b.matmul(b.input("X", ["m", "d"]), b.mul(w, b.input("c", ["d"])), "d", "d")
 
+    def residual(b: DagBuilder):  # a residual stream added to a GEMM's output: X + H @ W
+        h, w = b.input("H", ["m", "d"]), b.input("W", ["d", "n"])
+        return b.add(b.input("X", ["m", "n"]), b.matmul(h, w, "d", "d"))
+
     small = [("m", 2), ("d", 3), ("n", 2)]
+    g["residual"] = _graph("residual", small, residual)
     g["layernorm_gemm"] = _graph("layernorm_gemm", small, layernorm_gemm)
     for name, body in (("centred_weight", centred_weight), ("bias_first", bias_first),
                        ("gain_first", gain_first), ("gain_second", gain_second)):
