@@ -77,6 +77,7 @@ def _param_order(spec) -> list[tuple[str, tuple, str]]:
     out += [(r, (s.batch, s.m), s.vector_dtype(r)) for r in s.row_inputs]
     out += [(v, (s.n,), s.vector_dtype(v)) for v in s.col_inputs]
     out += [(v, (s.k,), s.vector_dtype(v)) for v in s.k_inputs]
+    out += [(v, (s.batch, s.m, s.n), d) for v, d in s.c_inputs]
     return out + [("C", (s.batch, s.m, s.n), s.out_dtype)]
 
 
@@ -661,6 +662,55 @@ def test_vector_times_matrix_plan(iso, tmp_path):
     g, plan = _graph_plan("gemv", [("d", 768), ("n", 3000)], body, [((2, 4), ("n",), "d")])
     check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "ws")
     check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "auto")
+
+
+def test_matrix_times_vector_plan(iso, tmp_path):
+    """A decode step's GEMV written matrix first, ``W[n, d] @ x[d]``: the vector becomes A
+    (one row) and W is B in "nk" layout."""
+    def body(b):
+        return b.matmul(b.input("W", ["n", "d"]), b.input("x", ["d"]), "d", "d")
+    g, plan = _graph_plan("matvec", [("n", 3000), ("d", 1000)], body, [((2,), ("n",), "d")])
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "ws")
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "auto")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_residual_epilogue_plan(iso, tmp_path, dtype):
+    """``X + H @ W`` in one kernel, the residual X read in the epilogue at ragged edges (m
+    and n multiples of no tile), on both schedules and a persistent grid."""
+    def body(b):
+        h, w = b.input("H", ["m", "d"]), b.input("W", ["d", "n"])
+        return b.add(b.input("X", ["m", "n"]), b.matmul(h, w, "d", "d"))
+    g, plan = _graph_plan("residual_epilogue", [("m", 1000), ("d", 512), ("n", 1000)], body,
+                          [((3, 4), ("m", "n"), "d")])
+    for pick in (lambda c: c["k0.schedule"] == "ws" and not c["k0.persistent"],
+                 lambda c: c["k0.schedule"] == "auto",
+                 lambda c: c["k0.persistent"]):
+        check_module_case(iso, tmp_path, g, plan, dtype, pick)
+
+
+def test_residual_epilogue_batched_dual(iso, tmp_path):
+    """A SwiGLU whose gate/up kernel also adds a residual of its output's shape, over a
+    batch axis that B lacks (folded into the rows)."""
+    def body(b):
+        x, wg, wu = b.input("X", ["e", "m", "d"]), b.input("Wg", ["d", "n"]), b.input("Wu", ["d", "n"])
+        act = b.mul(b.silu(b.matmul(x, wg, "d", "d")), b.matmul(x, wu, "d", "d"))
+        return b.add(act, b.input("R", ["e", "m", "n"]))
+    g, plan = _graph_plan("residual_dual", [("e", 3), ("m", 200), ("d", 256), ("n", 300)],
+                          body, [((3, 4, 5, 6, 8), ("m", "n"), "d")])
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
+
+
+def test_chain_residual_plan(iso, tmp_path):
+    """An adapter with its residual, ``X·W1·W2 + R``, as one chain kernel (R read in the
+    epilogue of every column tile)."""
+    def body(b):
+        x, w1, w2 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"]), b.input("W2", ["f", "n"])
+        return b.add(b.matmul(b.matmul(x, w1, "d", "d"), w2, "f", "f"), b.input("R", ["m", "n"]))
+    g, plan = _graph_plan("lora_residual", [("m", 1000), ("d", 1000), ("f", 40), ("n", 1000)],
+                          body, [((3, 4, 6), ("m", "n"), "d")])
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] == 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] > 1)
 
 
 def test_chain_plan(iso, tmp_path):

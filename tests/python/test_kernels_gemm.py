@@ -713,6 +713,11 @@ def test_other_families_records_are_lowering_errors():
     (dict(a_inputs=(("x", "float16"),), prologue="{y}"), "prologue"),
     (dict(k_inputs=("g",)), "need a prologue"),
     (dict(epilogue="{kpos}"), "epilogue"),
+    (dict(c_inputs=("x",), epilogue="{x}"), "is a \\(name, dtype\\) pair"),
+    (dict(c_inputs=(("x", "int8"),), epilogue="{x}"), "C-shaped input 'x' dtype"),
+    (dict(c_inputs=(("acc2", "float16"),), epilogue="{acc2}"), "reserved"),
+    (dict(c_inputs=(("r", "float16"),), row_inputs=("r",), epilogue="{r}"), "duplicate"),
+    (dict(c_inputs=(("x", "float16"),), epilogue="{y}"), "epilogue"),
 ])
 def test_new_spec_fields_are_checked(kwargs, match):
     base = dict(batch=1, m=64, n=64, k=64, b_layout="kn")
@@ -882,6 +887,99 @@ def test_bias_and_gelu_fused_into_the_gemm_epilogue(tmp_path):
         assert "wgmma" in cuda and launch["grid"] == expected_grid(spec, cfg)
         if not cfg.persistent:  # grid x walks the column blocks
             assert re.search(rf"v2\[\(+\(int\)blockIdx\.x\) \* {cfg.block_n}\) \+", cuda)
+
+
+def test_residual_is_read_in_the_gemm_epilogue(tmp_path):
+    """``X + H @ W`` (a residual stream): fuse_epilogue takes the add into the GEMM, whose
+    epilogue reads X at its own element, clamped into the tensor on ragged edges; the
+    separate add kernel is gone, and the cost model charges the read."""
+    def body(b):
+        h, w = b.input("H", ["m", "d"]), b.input("W", ["d", "n"])
+        return b.add(b.input("X", ["m", "n"]), b.matmul(h, w, "d", "d"))
+    b = DagBuilder("residual", [("m", 1000), ("d", 512), ("n", 1000)])
+    b.output(body(b))
+    one = [d for d in derive_all(b.build()) if len(d.plan.kernels) == 1]
+    assert [[s.rule for s in d.derivation.steps][0] for d in one] == ["fuse_epilogue"]
+    kl = match_plan(one[0].plan, "float16").kernels[0]
+    spec = kl.spec
+    assert spec.c_inputs == (("v2", "float16"),) and spec.epilogue == "({v2} + {acc})"
+    assert not spec.row_inputs and not spec.col_inputs
+    assert [v for _, v in kl.params] == [(1, 1000, 512), (1, 512, 1000), (1, 1000, 1000)]
+    plain = replace(spec, c_inputs=(), epilogue="{acc}")
+    for cfg in (gemm_config_space(spec)[0], GemmConfig(128, 128, 64, 3, 256),
+                GemmConfig(128, 256, 64, 3, 256, schedule="ws", cluster_m=2, persistent=True)):
+        assert gemm_cost_clk(spec, cfg) > gemm_cost_clk(plain, cfg)
+        src = gemm_source(spec, cfg)
+        bm, bn = cfg.block_m, cfg.block_n
+        assert 'v2: T.Tensor((1, 1000, 1000), "float16")' in src
+        assert (f'T.Cast("float32", v2[bz, T.min(by * {bm} + i, 999), '
+                f'T.min(bx * {bn} + j, 999)])') in src
+        # the residual comes before C in the kernel's parameters, as the launcher binds it
+        assert src.index("v2: T.Tensor") < src.index("C: T.Tensor")
+        cuda, launch = lower(tmp_path, src, spec.name)
+        assert "wgmma" in cuda and launch["grid"] == expected_grid(spec, cfg)
+        assert re.search(r"\(float\)v2\[", cuda) and "min(" in cuda
+    # no clamp where the tiles divide the tensor
+    even = replace(spec, m=1024, n=1024)
+    assert "T.min" not in gemm_source(even, GemmConfig(128, 128, 64, 3, 256))
+
+
+def test_residual_in_a_gemm_chain_epilogue(tmp_path):
+    """An adapter with its residual, ``X·W1·W2 + R`` (f = 40 stays on chip): one chain
+    kernel whose epilogue reads R at each column tile's elements, clamped on ragged edges."""
+    b = DagBuilder("lora_residual", [("m", 1000), ("d", 1000), ("f", 40), ("n", 1000)])
+    x, w1, w2 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"]), b.input("W2", ["f", "n"])
+    b.output(b.add(b.matmul(b.matmul(x, w1, "d", "d"), w2, "f", "f"), b.input("R", ["m", "n"])))
+    one = [d for d in derive_all(b.build()) if len(d.plan.kernels) == 1]
+    (kl,) = match_plan(one[0].plan).kernels
+    spec = kl.spec
+    assert isinstance(spec, GemmChainSpec) and spec.c_inputs == (("v5", "float16"),)
+    assert spec.epilogue == "({acc} + {v5})" and kl.params[-1] == (5, (1, 1000, 1000))
+    plain = replace(spec, c_inputs=(), epilogue="{acc}")
+    for cfg in FAMILIES["gemm"].config_space(spec)[:2]:
+        assert gemm_cost_clk(spec, cfg) > gemm_cost_clk(plain, cfg)
+        src = gemm_source(spec, cfg)
+        col = "bx_t" if spec.h_resident(cfg) or cfg.block_h == 0 else "bx"
+        assert (f'v5[bz, T.min(by * {cfg.block_m} + i, 999), '
+                f'T.min({col} * {cfg.block_n} + j, 999)]') in src
+        cuda, _ = lower(tmp_path, src, spec.name)
+        assert re.search(r"\(float\)v5\[", cuda)
+    with pytest.raises(LoweringError, match="C-shaped input 'v5' dtype"):
+        gemm_source(replace(spec, c_inputs=(("v5", "int8"),)), FAMILIES["gemm"].config_space(spec)[0])
+
+
+def test_tile_padding_past_int32_leaves_a_gemm_without_configuration():
+    """A GEMV over 2^31 − 1 columns fits int32 unpadded, but every block_n pads past it
+    (TileLang failed inside with a raw literal overflow): no configuration, and the matcher
+    says why; a GEMM whose padded operands fit keeps its space."""
+    def body(b):
+        return b.matmul(b.input("x", ["d"]), b.input("W", ["d", "n"]), "d", "d")
+    g, plan = _graph_plan("wide_gemv", [("d", 1), ("n", 2 ** 31 - 1)], body,
+                          [((2,), ("n",), "d")])
+    with pytest.raises(LoweringError, match=r"GEMM B padded to whole .* past int32") as e:
+        match_plan(plan)
+    assert e.value.path == "kernels[0]"
+    spec = GemmSpec(1, 2 ** 20 - 1, 2048, 64, "kn")  # C: 2^31 − 2048 elements
+    assert gemm_config_space(spec)
+    check_config(spec, GemmConfig(128, 256, 64, 3, 256))  # last padded offset 2^31 − 1
+    wide = GemmSpec(1, 1000, 2147483, 64, "kn")  # 2147483000 elements; 1024 padded rows
+    with pytest.raises(LoweringError, match="GEMM C padded .* at offset 2199022692"):
+        check_config(wide, GemmConfig(128, 256, 64, 3, 256))
+
+
+def test_matrix_times_vector_is_a_one_row_gemm(tmp_path):
+    """``W[n, d] @ x[d]`` (the matrix written first, as a decode step's GEMV often is): the
+    vector becomes A, W becomes B in "nk" layout; the output is the same ``[n]``."""
+    def body(b):
+        return b.matmul(b.input("W", ["n", "d"]), b.input("x", ["d"]), "d", "d")
+    g, plan = _graph_plan("matvec", [("n", 3000), ("d", 1000)], body, [((2,), ("n",), "d")])
+    kl = match_plan(plan).kernels[0]
+    assert (kl.spec.batch, kl.spec.m, kl.spec.n, kl.spec.k, kl.spec.b_layout) == \
+        (1, 1, 3000, 1000, "nk")
+    assert [(a, v) for a, v in kl.params] == [(1, (1, 1, 1000)), (0, (1, 3000, 1000))]
+    cfg = gemm_config_space(kl.spec)[0]
+    cuda, launch = lower(tmp_path, gemm_source(kl.spec, cfg), kl.spec.name)
+    assert launch["grid"] == expected_grid(kl.spec, cfg) and "wgmma" in cuda
 
 
 def test_vector_times_matrix_is_a_one_row_gemm(tmp_path):

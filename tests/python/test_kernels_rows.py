@@ -34,6 +34,7 @@ from superopt.lower import config_space, lower_plan, match_plan, module_source
 from superopt.lower import tl
 from superopt.lower.config import complete_config, kernel_config_space, unflatten_config
 from superopt.lower.families import FAMILIES, family_of
+from superopt.lower.kernels.tiling import check_padded
 from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, check_grid,
                                                position_index)
 from superopt.lower.kernels.rowfused import (reciprocal_divisions, row_divisors,
@@ -322,6 +323,28 @@ def test_views_beyond_int32_are_refused_at_match_time():
     with pytest.raises(LoweringError, match="int32"):
         elementwise_source(ElementwiseSpec(2 ** 16, 2 ** 15, (("x", "full", "float16"),), "{x}"),
                            RowConfig(1, 1024, 128))
+
+
+def test_tile_padding_past_int32_is_refused_before_tilelang():
+    """A view within int32 whose whole tiles are not: 2^31 − 1 elements in one row pad to
+    2^31 at every block width (TileLang failed with "Literal value 2147483648 exceeds
+    maximum of int32"); three rows of 715827882 pad their last row's offsets past it."""
+    check_padded("v", ((1, 1), (2 ** 31 - 1, 1)))  # no padding: fits
+    check_padded("v", ((2, 1), (2 ** 30 - 1, 1024)))  # last padded offset 2^31 − 2
+    with pytest.raises(LoweringError, match=r"an extent of 2147483648 is past int32"):
+        check_padded("v", ((1, 1), (2 ** 31 - 1, 2048)))
+    with pytest.raises(LoweringError, match=r"at offset 2147483987, is past int32"):
+        check_padded("v", ((3, 1), (715827882, 512)))
+    with pytest.raises(LoweringError, match="no block shape fits"):
+        row_config_space(1, 2 ** 31 - 1, "elementwise")
+    with pytest.raises(LoweringError, match="no block shape fits"):
+        row_config_space(3, 715827882, "reduce")
+    assert row_config_space(2, 2 ** 30 - 1, "reduce")  # fits with any power-of-two width
+    with pytest.raises(LoweringError, match="elementwise output padded"):
+        elementwise_source(ElementwiseSpec(1, 2 ** 31 - 1, (("x", "full", "float16"),), "{x}"),
+                           RowConfig(1, 1024, 128))
+    with pytest.raises(LoweringError, match="row reduction X padded"):
+        rowreduce_source(RowReduceSpec(1, 2 ** 31 - 1, "sum"), RowConfig(1, 1024, 128))
 
 
 # =========================================================================================

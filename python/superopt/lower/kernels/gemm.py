@@ -61,6 +61,7 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
                                     spec.vector_dtypes says otherwise; so below)
         <column input> [n]          one per spec.col_inputs
         <k input> [k]               one per spec.k_inputs
+        <C-shaped input> [batch, m, n]   one per spec.c_inputs, in its own dtype
         C  [batch, m, n]            spec.out_dtype
 
     Grid: ``(ceil(n / block_n), ceil(m / block_m), batch)`` folded into x where y or z
@@ -102,10 +103,12 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
                for r in s.row_inputs]
     params += [f"{v}: T.Tensor({(s.n,)}, \"{s.vector_dtype(v)}\")" for v in s.col_inputs]
     params += [f"{v}: T.Tensor({(s.k,)}, \"{s.vector_dtype(v)}\")" for v in s.k_inputs]
+    params += [f"{v}: T.Tensor({(s.batch, s.m, s.n)}, \"{d}\")" for v, d in s.c_inputs]
     params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
     extra = "".join(f" {what}={val}" for what, val in (
         ("b_batch", s.b_batch), ("prologue", s.prologue or None),
-        ("col_inputs", ",".join(s.col_inputs) or None)) if val is not None)
+        ("col_inputs", ",".join(s.col_inputs) or None),
+        ("c_inputs", ",".join(c for c, _ in s.c_inputs) or None)) if val is not None)
 
     e = Lines()
     e(f"def build_{s.name}():")

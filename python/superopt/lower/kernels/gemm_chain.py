@@ -37,7 +37,7 @@ from __future__ import annotations
 from ..emit import Lines
 from .gemm_chain_spec import (GemmChainSpec, chain_groups, check_chain_config,
                               check_chain_spec)
-from .gemm_expr import as_float, wants_fast_math
+from .gemm_expr import as_float, c_input_index, wants_fast_math
 from .gemm_grid import open_kernel, plan_grid
 from .gemm_spec import GemmConfig
 from .tiling import ceil_div
@@ -66,6 +66,7 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
     params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"{s.vector_dtype(r)}\")" for r in s.row_inputs]
     params += [f"{v}: T.Tensor({(s.f,)}, \"{s.vector_dtype(v)}\")" for v in s.f_inputs]
     params += [f"{v}: T.Tensor({(s.n,)}, \"{s.vector_dtype(v)}\")" for v in s.col_inputs]
+    params += [f"{v}: T.Tensor({(s.batch, s.m, s.n)}, \"{d}\")" for v, d in s.c_inputs]
     params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
     z1 = f"bz // {s.b_batch_div(1)}" if s.b_batch_div(1) > 1 else "bz"
     z2 = f"bz // {s.b_batch_div(2)}" if s.b_batch_div(2) > 1 else "bz"
@@ -87,6 +88,9 @@ def chain_source(spec: GemmChainSpec, cfg: GemmConfig) -> str:
     epi_fields = dict(vec, acc="acc[i, j]", row=f"(by * {bm} + i)", col=f"({col} * {bn} + j)",
                       batch="bz")
     epi_fields.update({v: as_float(f"{v}_s[j]", s.vector_dtype(v)) for v in s.col_inputs})
+    epi_fields.update({v: as_float(f"{v}[bz, {c_input_index(s.m, bm, 'by', 'i')}, "
+                                   f"{c_input_index(s.n, bn, col, 'j')}]", d)
+                       for v, d in s.c_inputs})
     epilogue = s.epilogue.format(**epi_fields)
     b1_tile = (bk, ht) if s.b1_layout == "kn" else (ht, bk)
     b2_tile = (span, bn) if s.b2_layout == "kn" else (bn, span)

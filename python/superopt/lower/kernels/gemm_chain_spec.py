@@ -56,7 +56,7 @@ from ...errors import LoweringError
 from .gemm_spec import (ACCUM_REGS_LIMIT, MAX_ELEMENTS, NUM_SMS, SMEM_LIMIT_BYTES, GemmConfig,
                         check_config_fields)
 from .spec_checks import check_dtype, check_identifier, format_fields
-from .tiling import ceil_div, round_up
+from .tiling import ceil_div, check_padded, round_up
 
 #: The widest intermediate held whole on chip (one wgmma N, an fp32 accumulator tile per
 #: block); a wider one is streamed in tiles of ``block_h``.
@@ -88,6 +88,8 @@ class GemmChainSpec:
             ``{<column input>}``, ``{row}``, ``{col}``, ``{batch}``.
         row_inputs, f_inputs, col_inputs: names of ``[batch, m]``, ``[f]`` and ``[n]``
             vectors (fp32 unless ``vector_dtypes`` names their dtype).
+        c_inputs: ``(name, dtype)`` of ``[batch, m, n]`` tensors the epilogue reads at its
+            own element (a residual: an adapter's ``X + B(A(X))``), as the GEMM's do.
         b1_batch, b2_batch: leading batch extents of B1 and B2 (divisors of ``batch``;
             ``None``: ``batch``).
         dtype: A, B1, B2 and H element type; out_dtype: C's.
@@ -112,6 +114,7 @@ class GemmChainSpec:
     dtype: str = "float16"
     out_dtype: str = "float16"
     name: str = "gemm_chain"
+    c_inputs: tuple[tuple[str, str], ...] = ()
 
     @property
     def f_tile(self) -> int:
@@ -180,7 +183,11 @@ def check_chain_spec(spec: GemmChainSpec) -> None:
     check_dtype(spec.dtype, "GEMM chain operand dtype")
     check_dtype(spec.out_dtype, "GEMM chain out_dtype", float32=True)
     check_identifier(spec.name, "kernel name")
-    names = [*spec.row_inputs, *spec.f_inputs, *spec.col_inputs]
+    for item in spec.c_inputs:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise LoweringError(f"a C-shaped input is a (name, dtype) pair, got {item!r}")
+        check_dtype(item[1], f"C-shaped input {item[0]!r} dtype", float32=True)
+    names = [*spec.row_inputs, *spec.f_inputs, *spec.col_inputs, *(c for c, _ in spec.c_inputs)]
     for r in names:
         if not isinstance(r, str):
             raise LoweringError(f"input name must be a string, got {r!r}")
@@ -189,13 +196,15 @@ def check_chain_spec(spec: GemmChainSpec) -> None:
             raise LoweringError(f"input name {r!r} is reserved")
     if len(set(names)) != len(names):
         raise LoweringError(f"duplicate input names {tuple(names)}")
+    vectors = [*spec.row_inputs, *spec.f_inputs, *spec.col_inputs]
     for item in spec.vector_dtypes:
-        if not (isinstance(item, tuple) and len(item) == 2) or item[0] not in names:
+        if not (isinstance(item, tuple) and len(item) == 2) or item[0] not in vectors:
             raise LoweringError(f"vector_dtypes entry {item!r} names no input")
         check_dtype(item[1], f"input {item[0]!r} dtype", float32=True)
     for expr, what, allowed in (
             (spec.mid, "mid", {"acc", *spec.row_inputs, *spec.f_inputs, *CHAIN_MID_POSITIONS}),
             (spec.epilogue, "epilogue", {"acc", *spec.row_inputs, *spec.col_inputs,
+                                         *(c for c, _ in spec.c_inputs),
                                          *CHAIN_EPILOGUE_POSITIONS})):
         if not isinstance(expr, str):
             raise LoweringError(f"GEMM chain {what} must be a string, got {expr!r}")
@@ -247,9 +256,12 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
             intermediate over 256, or not a multiple of 16 in [16, 256], or with
             ``col_tiles > 1`` one tile or more than 256 columns; ``col_stages`` not 1 or
             2, or 2 without several column tiles dividing the output's; shared memory or
-            accumulator registers over the limits.
+            accumulator registers over the limits; a padded A or C past int32 indexing
+            (:func:`~.tiling.check_padded`).
     """
     check_config_fields(cfg)
+    check_padded("GEMM chain A", ((spec.m, cfg.block_m), (spec.k, cfg.block_k)), spec.batch)
+    check_padded("GEMM chain C", ((spec.m, cfg.block_m), (spec.n, cfg.block_n)), spec.batch)
     if (cfg.schedule != "auto" or cfg.policy != "full_row" or cfg.store != "tma" or
             cfg.swizzle_panel or cfg.persistent or cfg.cluster_m != 1 or cfg.c_alias):
         raise LoweringError("a GEMM chain runs schedule 'auto', policy 'full_row', store "
@@ -336,7 +348,9 @@ def chain_cost_clk(spec: GemmChainSpec, cfg: GemmConfig, num_sms: int = NUM_SMS)
     serial = cfg.col_tiles > 1 and cfg.col_stages == 1
     second = h_steps * cfg.col_tiles * (second_t + second_l2 if serial
                                         else max(second_t, second_l2))
-    epilogues = cfg.col_tiles * _TILE_OVERHEAD_CLK / 2
+    # each column tile's epilogue, and its reads of C-shaped inputs (a residual)
+    c_reads = sum(cfg.block_m * cfg.block_n * itemsize(d) for _, d in spec.c_inputs)
+    epilogues = cfg.col_tiles * (_TILE_OVERHEAD_CLK / 2 + c_reads / _L2_BYTES_PER_CLK)
     blocks = chain_groups(spec, cfg) * ceil_div(spec.m, cfg.block_m) * spec.batch
     return ceil_div(blocks, num_sms) * (first + second + epilogues + _TILE_OVERHEAD_CLK)
 

@@ -99,7 +99,18 @@ def epilogue_text(spec: "GemmSpec", block_m: int, block_n: int, *, acc: str = "a
               "col": f"(bx * {block_n} + j)", "batch": "bz"}
     fields.update({r: vector_text(spec, r, "i") for r in spec.row_inputs})
     fields.update({c: vector_text(spec, c, "j") for c in spec.col_inputs})
+    fields.update({c: as_float(f"{c}[bz, {c_input_index(spec.m, block_m, 'by', 'i')}, "
+                               f"{c_input_index(spec.n, block_n, 'bx', 'j')}]", d)
+                   for c, d in spec.c_inputs})
     return spec.epilogue.format(**fields)
+
+
+def c_input_index(extent: int, block: int, tile: str, offset: str) -> str:
+    """The row (column) a C-shaped epilogue input is read at for tile element ``offset`` of
+    tile ``tile``: clamped to ``extent − 1`` when the last tile is ragged, so that the
+    padded elements (computed, never stored) read in bounds."""
+    pos = f"{tile} * {block} + {offset}"
+    return pos if extent % block == 0 else f"T.min({pos}, {extent - 1})"
 
 
 def prologue_text(spec: "GemmSpec", block_m: int, block_k: int) -> str:

@@ -102,7 +102,8 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     GEMM at 2048 FMA/clk) or by shared memory (each ``wgmma m64nNk16`` reads its 64×16 A
     and 16×N B slices; TMA writes the A/B tiles; the sum-of-squares reads the A tile
     again; a prologue reads its inputs' tiles and writes the A tile), plus a fixed
-    synchronisation cost; tiles run in waves of ``num_sms``.
+    synchronisation cost; tiles run in waves of ``num_sms``. The epilogue's reads of
+    C-shaped inputs (a residual) come after each tile's main loop, at the L2 rate.
     """
     if isinstance(spec, GemmChainSpec):
         return chain_cost_clk(spec, cfg, num_sms)
@@ -140,9 +141,12 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)
     tiles = spec.batch * ceil_div(spec.m, cfg.block_m) * ceil_div(spec.n, cfg.block_n)
     waves = ceil_div(tiles, num_sms)
+    # the epilogue's reads of C-shaped inputs (a residual), after the main loop of each tile
+    c_reads = sum(cfg.block_m * cfg.block_n * itemsize(d) for _, d in spec.c_inputs)
+    epilogue = waves * c_reads / _L2_BYTES_PER_CLK
     if cfg.persistent:  # later tiles' fill and epilogue mostly hide under the mainloop
-        return waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1))
-    return waves * (mainloop + _TILE_OVERHEAD_CLK)
+        return waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1)) + epilogue
+    return waves * (mainloop + _TILE_OVERHEAD_CLK) + epilogue
 
 
 def gemm_rate(spec: GemmSpec | GemmChainSpec) -> float:
@@ -200,7 +204,8 @@ def _cost_shape(spec: GemmSpec) -> GemmSpec:
     """``spec`` with what the cost model and the configuration checks ignore made canonical
     (names, expressions): plans that differ only there share one :func:`_gemm_rate` entry."""
     a_inputs = tuple((f"a{i}", d) for i, (_, d) in enumerate(spec.a_inputs))
-    return replace(spec, name="gemm", epilogue="{acc}", a_inputs=a_inputs,
+    c_inputs = tuple((f"s{i}", d) for i, (_, d) in enumerate(spec.c_inputs))
+    return replace(spec, name="gemm", epilogue="{acc}", a_inputs=a_inputs, c_inputs=c_inputs,
                    prologue="{a0}" if a_inputs else "",
                    **_canonical_inputs(spec, {"row_inputs": "r", "col_inputs": "c",
                                               "k_inputs": "k"}))
@@ -208,7 +213,8 @@ def _cost_shape(spec: GemmSpec) -> GemmSpec:
 
 def _chain_cost_shape(spec: GemmChainSpec) -> GemmChainSpec:
     """A chain's :func:`_cost_shape`: names and expressions made canonical."""
-    return replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}",
+    c_inputs = tuple((f"s{i}", d) for i, (_, d) in enumerate(spec.c_inputs))
+    return replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}", c_inputs=c_inputs,
                    **_canonical_inputs(spec, {"row_inputs": "r", "f_inputs": "f",
                                               "col_inputs": "c"}))
 

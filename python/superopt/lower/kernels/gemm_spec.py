@@ -9,7 +9,8 @@ none)::
     acc [b, m, n]  = A [b, m, k] @ B [b', k, n]      (B as [b', n, k] when ``b_layout == "nk"``)
     acc2[b, m, n]  = A @ B2                          (``dual``: FFN gate/up, sharing each A tile)
     ss  [b, m]     = sum_k float(A[b, m, k])^2       (``a_row_sumsq``: FlashNorm's RMS statistic)
-    C   [b, m, n]  = epilogue(acc, acc2, ss, row inputs [b, m], column inputs [n], positions)
+    C   [b, m, n]  = epilogue(acc, acc2, ss, row inputs [b, m], column inputs [n],
+                              C-shaped inputs [b, m, n], positions)
 
 B's batch ``b'`` is ``b`` or a divisor of it (``b_batch``): batch ``z`` of A and C reads
 batch ``z // (b / b')`` of B, so the K/V heads of grouped-query attention are read in place
@@ -47,7 +48,7 @@ from ...errors import LoweringError
 from ..target import HOPPER
 from .gemm_grid import GemmGrid, plan_grid
 from .spec_checks import check_dtype, check_identifier, format_fields
-from .tiling import ceil_div
+from .tiling import ceil_div, check_padded
 
 #: Shared memory one block may use (227 KiB opt-in maximum on sm_90; :mod:`..target`).
 SMEM_LIMIT_BYTES = HOPPER.smem_per_block_bytes
@@ -110,6 +111,10 @@ class GemmSpec:
             sum of squares). Empty when there is no prologue.
         vector_dtypes: ``(name, dtype)`` of the row, column and k inputs stored in a
             16-bit dtype (the others are float32).
+        c_inputs: ``(name, dtype)`` of tensors shaped like C, ``[batch, m, n]``, that the
+            epilogue reads at its own element as ``{name}`` in fp32 (a residual stream:
+            ``X + H @ W``; CUTLASS's source C). Each element is read once, straight from
+            global memory into the thread that owns the accumulator element.
     """
 
     batch: int
@@ -130,6 +135,7 @@ class GemmSpec:
     a_inputs: tuple[tuple[str, str], ...] = ()
     prologue: str = ""
     vector_dtypes: tuple[tuple[str, str], ...] = ()
+    c_inputs: tuple[tuple[str, str], ...] = ()
 
     @property
     def b_batches(self) -> int:
@@ -286,7 +292,7 @@ def _check_types(obj, types: dict, what: str) -> None:
 _SPEC_TYPES = {"batch": int, "m": int, "n": int, "k": int, "b_layout": str, "dual": bool,
                "a_row_sumsq": bool, "row_inputs": tuple, "epilogue": str, "dtype": str,
                "out_dtype": str, "name": str, "col_inputs": tuple, "k_inputs": tuple,
-               "a_inputs": tuple, "prologue": str, "vector_dtypes": tuple}
+               "a_inputs": tuple, "prologue": str, "vector_dtypes": tuple, "c_inputs": tuple}
 
 
 def _check_input_name(name: object, what: str) -> None:
@@ -342,12 +348,13 @@ def check_spec(spec: GemmSpec) -> None:
         for r in group:
             _check_input_name(r, what)
             names.append(r)
-    for item in spec.a_inputs:
-        if not (isinstance(item, tuple) and len(item) == 2):
-            raise LoweringError(f"an A input is a (name, dtype) pair, got {item!r}")
-        _check_input_name(item[0], "A input")
-        check_dtype(item[1], f"A input {item[0]!r} dtype", float32=True)
-        names.append(item[0])
+    for what, group in (("A input", spec.a_inputs), ("C-shaped input", spec.c_inputs)):
+        for item in group:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise LoweringError(f"a {what} is a (name, dtype) pair, got {item!r}")
+            _check_input_name(item[0], what)
+            check_dtype(item[1], f"{what} {item[0]!r} dtype", float32=True)
+            names.append(item[0])
     if len(set(spec.row_inputs)) != len(spec.row_inputs):
         raise LoweringError(f"duplicate row input names {spec.row_inputs}")
     if len(set(names)) != len(names):
@@ -367,6 +374,7 @@ def check_spec(spec: GemmSpec) -> None:
         raise LoweringError(f"k inputs {spec.k_inputs} need a prologue to read them")
     allowed = {"acc"} | ({"acc2"} if spec.dual else set()) | ({"ss"} if spec.a_row_sumsq else set())
     allowed |= set(spec.row_inputs) | set(spec.col_inputs) | set(EPILOGUE_POSITIONS)
+    allowed |= {c for c, _ in spec.c_inputs}
     _check_fields(spec.epilogue, "epilogue", allowed)
 
 
@@ -395,6 +403,22 @@ def check_config_fields(cfg: GemmConfig) -> None:
                             "none (TileLang's own pipeline is not unrolled)")
 
 
+def check_padded_operands(spec: GemmSpec, cfg: GemmConfig) -> None:
+    """Refuse a tile whose padded A, B or C view an int32 index does not reach
+    (:func:`~.tiling.check_padded`): A ``[batch, m, k]``, B ``[b', k, n]`` and C (and every
+    C-shaped input) ``[batch, m, n]`` in whole ``block_m × block_k``, ``block_k × block_n``
+    and ``block_m × block_n`` tiles.
+
+    Raises:
+        LoweringError: naming the operand and its padded shape.
+    """
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    for what, dims, batch in (("GEMM A", ((spec.m, bm), (spec.k, bk)), spec.batch),
+                              ("GEMM B", ((spec.k, bk), (spec.n, bn)), spec.b_batches),
+                              ("GEMM C", ((spec.m, bm), (spec.n, bn)), spec.batch)):
+        check_padded(what, dims, batch)
+
+
 def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
     """Validate a config for a spec (hardware limits and known TileLang sm_90 pitfalls).
 
@@ -404,9 +428,11 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             :data:`SMEM_LIMIT_BYTES`, accumulators over ``min(ACCUM_REGS_LIMIT,
             gemm_register_cap(spec, cfg) - 32)`` registers per consumer thread, or a
             combination of options that TileLang 0.1.15 miscompiles or cannot lower (see
-            the comments; :func:`_one_row_odd_k`); a field of the wrong type.
+            the comments; :func:`_one_row_odd_k`); a field of the wrong type; a padded
+            operand past int32 indexing (:func:`check_padded_operands`).
     """
     check_config_fields(cfg)
+    check_padded_operands(spec, cfg)
     if cfg.col_tiles != 1 or cfg.block_h != 0 or cfg.col_stages != 1:
         raise LoweringError(f"col_tiles, block_h and col_stages are for GEMM chains; a single "
                             f"GEMM needs 1, 0 and 1, got {cfg.col_tiles}, {cfg.block_h} and "

@@ -49,7 +49,7 @@ from .row_launch import COL_FIELD, ROW_FIELD, check_elements, check_grid
 from .rowwise import (RowConfig, check_fields, check_name, check_reduction_width,
                       check_row_config)
 from .spec_checks import check_dtype
-from .tiling import ceil_div, round_up
+from .tiling import ceil_div, check_padded, round_up
 
 #: Names the generated kernel uses itself (beside :func:`.rowwise.check_name`'s).
 _OWN = {"acc", "acc_m", "acc_s", "acc_v", "acc_n", "acc_r"}
@@ -324,6 +324,7 @@ def check_rowfused_config(spec: RowFusedSpec, cfg: RowFusedConfig) -> None:
         if not isinstance(v, bool):
             raise LoweringError(f"row-fused config {field} must be a bool, got {v!r}")
     check_row_config(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
+    check_padded("row-fused view", ((spec.rows, cfg.block_rows), (spec.cols, cfg.block_cols)))
     if any(st.op != "row" for st in spec.steps):
         check_reduction_width(RowConfig(cfg.block_rows, cfg.block_cols, cfg.threads))
     n, most, threads = cfg.blocks_per_sm, HOPPER.blocks_per_sm, HOPPER.threads_per_sm

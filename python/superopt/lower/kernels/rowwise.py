@@ -47,7 +47,7 @@ from ..emit import Lines
 from ..target import HOPPER
 from .row_launch import (COL_FIELD, ROW_FIELD, check_elements, check_grid, fold_grid)
 from .spec_checks import check_dtype, check_identifier, format_fields
-from .tiling import ceil_div
+from .tiling import ceil_div, check_padded
 
 _RESERVED = {"X", "Out", "T", "tilelang", "acc", "red", "bx", "by", "b", "i", "j", "ko", "kc"}
 _OUT_N = re.compile(r"Out\d+$")
@@ -241,6 +241,7 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
     _check_rowreduce(spec)
     check_row_config(cfg)
     check_reduction_width(cfg)
+    check_padded("row reduction X", ((spec.rows, cfg.block_rows), (spec.cols, cfg.block_cols)))
     s, c = spec, cfg
     check_grid(rowreduce_grid(s, c), f"row reduction {s.name}")
     br, bc = c.block_rows, c.block_cols
@@ -360,6 +361,7 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
     """
     _check_elementwise(spec)
     check_row_config(cfg)
+    check_padded("elementwise output", ((spec.rows, cfg.block_rows), (spec.cols, cfg.block_cols)))
     s, c = spec, cfg
     br, bc = c.block_rows, c.block_cols
     grid = elementwise_grid(s, c)
@@ -454,14 +456,15 @@ def row_config_space(rows: int, cols: int, kind: str = "reduce",
         limit: keep the best ``limit`` configs (``None``: all).
 
     Raises:
-        LoweringError: a negative extent or an unknown kind.
+        LoweringError: a negative extent or an unknown kind, or no block shape whose padded
+            view an int32 index reaches (:func:`~.tiling.check_padded`).
     """
     if rows < 0 or cols < 0:
         raise LoweringError(f"row-wise kernels need rows, cols >= 0; got {rows}x{cols}")
     if kind not in ("reduce", "elementwise"):
         raise LoweringError(f"kind must be 'reduce' or 'elementwise', got {kind!r}")
     rows, cols_eff = max(rows, 1), max(cols, 1)
-    cands = []
+    cands, overflow = [], None
     for threads in (128, 256, 512):
         for br in (1, 2, 4, 8, 16, 32):
             for bc in (64, 128, 256, 512, 1024, 2048, 4096):
@@ -472,8 +475,15 @@ def row_config_space(rows: int, cols: int, kind: str = "reduce",
                     continue  # far wider than a row
                 if br > 1 and br > 2 * rows:
                     continue
+                try:
+                    check_padded(f"the [{rows}, {cols}] view", ((rows, br), (cols_eff, bc)))
+                except LoweringError as e:
+                    overflow = overflow or e
+                    continue
                 cands.append(RowConfig(br, bc, threads))
     cands.sort(key=lambda c: row_cost(rows, cols, kind, c))
+    if not cands and overflow is not None:
+        raise LoweringError(f"no block shape fits: {overflow.message}")
     if not cands:  # a tiny kernel: one warp, a 64-wide step
         cands = [RowConfig(1, 64, 32)]
     return cands if limit is None else cands[:limit]

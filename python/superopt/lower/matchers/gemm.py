@@ -2,14 +2,16 @@
 their A operand (a dual GEMM), optionally the A rows' sum of squares in the same loop
 (one-kernel FlashNorm), an elementwise prologue computing A on its tiles (a residual add, a
 scale, a norm's row statistics), and a fused elementwise epilogue reading row vectors,
-column vectors and the element's position (masks); or a chain of two matmuls whose
+column vectors, tensors of the output's shape (a residual) and the element's position
+(masks); or a chain of two matmuls whose
 intermediate stays on chip (:func:`match_gemm_chain`).
 
 B may have fewer leading batch axes than A and the output, as long as they are a prefix of
 the output's (grouped-query attention: Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``): the
 kernel then reads B's batch ``z // r`` for output batch ``z`` (no copy of K/V). A B with no
 batch axis at all folds the output's batch into its rows (one larger GEMM). A vector times a
-matrix (``[k] @ [k, n]``, a LayerNorm's ``beta @ W``) is a GEMM of one row.
+matrix (``[k] @ [k, n]``, a LayerNorm's ``beta @ W``) is a GEMM of one row, and so is a
+matrix times a vector written matrix first (``W[n, k] @ x[k]``: a decode step's GEMV).
 
 Owns: the plan → :class:`~superopt.lower.kernels.gemm_spec.GemmSpec` and
 :class:`~superopt.lower.kernels.gemm_chain_spec.GemmChainSpec` mappings. Must not import
@@ -78,6 +80,16 @@ def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> 
                         path=f"kernels[{k}]")
 
 
+def _operands(g: Graph, mm: NodeId, vector: bool) -> tuple[NodeId, NodeId]:
+    """(A, B) of matmul ``mm``: its arguments in order, except that a matrix times a vector
+    (``W[n, k] @ x[k]``, the matrix written first) is the vector times the matrix: the same
+    ``[n]`` output, from A ``[k]`` and B ``[n, k]`` (one row, B "nk")."""
+    a, b = g.nodes[mm].args
+    if vector and len(g.nodes[a].axes) == 2 and len(g.nodes[b].axes) == 1:
+        return b, a
+    return a, b
+
+
 def _prologue_nodes(plan: Plan, k: int, a_node: NodeId) -> set[NodeId]:
     """The nodes of kernel ``k`` that compute ``a_node`` from outside values (included)."""
     g = plan.graph
@@ -142,12 +154,12 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     m0 = g.nodes[mms[0]]
     if not dom or any(g.nodes[mm].axes != dom for mm in mms):
         raise LoweringError(f"kernel {k}'s matmuls do not share its domain", path=f"kernels[{k}]")
-    a_node, b_node = m0.args
     if m0.axis != r or m0.axis_b != r:
         raise LoweringError(f"kernel {k}'s matmul does not contract the streamed axis {r!r}",
                             path=f"kernels[{k}]")
     # a vector times a matrix ([k] @ [k, n], e.g. a LayerNorm's beta @ W) is one row
     vector = len(dom) == 1
+    a_node, b_node = _operands(g, mms[0], vector)
     batch_axes, m_axis, n_axis = ((), None, dom[0]) if vector else (dom[:-2], dom[-2], dom[-1])
     row_axes = batch_axes + (() if vector else (m_axis,))
     a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
@@ -167,10 +179,10 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     b2 = None
     if len(mms) == 2:
         m1 = g.nodes[mms[1]]
-        if m1.args[0] != a_node or m1.axis != r or g.nodes[m1.args[1]].axes != b_axes:
+        a1, b2 = _operands(g, mms[1], vector)
+        if a1 != a_node or m1.axis != r or g.nodes[b2].axes != b_axes:
             raise LoweringError(f"kernel {k}: the two GEMMs do not share A and B's layout",
                                 path=f"kernels[{k}]")
-        b2 = m1.args[1]
         if plan.owner(b2) == k:
             raise LoweringError(f"kernel {k} computes the B operand in its prologue (only A "
                                 "prologues are supported)", path=f"kernels[{k}]")
@@ -187,7 +199,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                                 path=f"kernels[{k}]")
         sumsq = True
         env[reds[0]] = "{ss}"
-    row_inputs, col_inputs, k_inputs, a_inputs = [], [], [], []
+    row_inputs, col_inputs, k_inputs, a_inputs, c_inputs = [], [], [], [], []
     pro_env: dict[NodeId, str] = {}
     readers = {a: [c for c in g.consumers(a) if plan.owner(c) == k] for a in plan.external_args(k)}
     for a in plan.external_args(k):
@@ -209,10 +221,13 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
         elif in_epi and not in_pro and axes == (n_axis,):
             col_inputs.append(a)
             env[a] = field
+        elif in_epi and not in_pro and axes == dom:
+            c_inputs.append(a)  # a residual: read at the element the epilogue computes
+            env[a] = field
         else:
             where = "prologue" if in_pro else "epilogue"
             allowed = ("row vectors, [batch, m, k] tiles and k vectors" if in_pro
-                       else "row and column vectors")
+                       else "row and column vectors and tensors of the output's shape")
             raise LoweringError(f"kernel {k}'s {where} reads node {a} with axes "
                                 f"{list(axes)} (only {allowed})", path=f"kernels[{k}]")
     for n_id in kern.nodes:  # every other node must be epilogue (no streamed axis)
@@ -241,7 +256,9 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                         k_inputs=tuple(tensor_name(a) for a in k_inputs),
                         a_inputs=tuple((tensor_name(a), storage_dtype(plan, a, dtype))
                                        for a in a_inputs),
-                        prologue=prologue, vector_dtypes=vector_dtypes)
+                        prologue=prologue, vector_dtypes=vector_dtypes,
+                        c_inputs=tuple((tensor_name(a), storage_dtype(plan, a, dtype))
+                                       for a in c_inputs))
         if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
             check_spec(spec)
             _check_some_config(spec)
@@ -256,6 +273,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     params += [(a, (batch, m)) for a in row_inputs]
     params += [(a, (n,)) for a in col_inputs]
     params += [(a, (kk,)) for a in k_inputs]
+    params += [(a, (batch, m, n)) for a in c_inputs]
     flops = 2 * batch * m * n * kk * len(mms)
     return KernelLowering(k, "gemm", spec, tuple(params), out, (batch, m, n), flops)
 
@@ -318,7 +336,7 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
         if n_id in mid_nodes | epi_nodes and not g.nodes[n_id].is_elementwise:
             raise LoweringError(f"kernel {k}: node {n_id} ({g.nodes[n_id].describe()}) between "
                                 "or after the chain's matmuls is not elementwise", path=where)
-    rows, f_vecs, cols = [], [], []
+    rows, f_vecs, cols, residuals = [], [], [], []
     mid_env: dict[NodeId, str] = {mm1: "{acc}"}
     epi_env: dict[NodeId, str] = {mm2: "{acc}"}
     for a in plan.external_args(k):
@@ -336,10 +354,14 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
         elif axes == (n_axis,) and readers <= epi_nodes:
             cols.append(a)
             epi_env[a] = field
+        elif axes == dom and readers <= epi_nodes:
+            residuals.append(a)  # read at the element the epilogue computes
+            epi_env[a] = field
         else:
             raise LoweringError(f"kernel {k}: the chain reads node {a} with axes {list(axes)} "
-                                "(only row vectors, and vectors along the intermediate or "
-                                "output columns)", path=where)
+                                "(only row vectors, vectors along the intermediate or output "
+                                "columns, and tensors of the output's shape in the epilogue)",
+                                path=where)
     mid = render(g, a2, mid_env, position_index(g, batch_axes, m_axis,
                                                 {m_axis: "{row}", f_axis: "{fpos}"}, False))
     epilogue = render(g, out, epi_env, position_index(g, batch_axes, m_axis,
@@ -355,7 +377,8 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
             vector_dtypes=tuple((names[a], storage_dtype(plan, a, dtype)) for a in names
                                 if storage_dtype(plan, a, dtype) != "float32"),
             b1_batch=axes_prod(g, batch_axes[:lead1]), b2_batch=axes_prod(g, batch_axes[:lead2]),
-            dtype=dtype, out_dtype=storage_dtype(plan, out, dtype), name=f"k{k}_gemm")
+            dtype=dtype, out_dtype=storage_dtype(plan, out, dtype), name=f"k{k}_gemm",
+            c_inputs=tuple((tensor_name(a), storage_dtype(plan, a, dtype)) for a in residuals))
         if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
             check_chain_spec(spec)
             _check_some_config(spec)
@@ -367,5 +390,6 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
     params += [(a, (batch, m)) for a in rows]
     params += [(a, (f,)) for a in f_vecs]
     params += [(a, (n,)) for a in cols]
+    params += [(a, (batch, m, n)) for a in residuals]
     flops = 2 * batch * m * f * (kk + n)
     return KernelLowering(k, "gemm", spec, tuple(params), out, (batch, m, n), flops)
