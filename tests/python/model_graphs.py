@@ -25,6 +25,7 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     "layernorm": dict(t=5, d=7),
     "llama3_attention": dict(b=1, g=2, r=3, t_q=3, t_kv=5, d_h=3),
     "llama3_decode_attention": dict(b=1, g=2, r=3, t_q=1, t_kv=5, d_h=3),
+    "llama3_decode_mlp": dict(t=3, d=5, hidden=7),
     "llama3_mlp": dict(t=5, d=3, hidden=7),
     "llama3_rmsnorm_qkv": dict(t=5, d=7, n=3),
     "mistral_sliding_window_attention": dict(b=1, g=2, r=1, t_q=5, t_kv=7, d_h=3, window=3),
