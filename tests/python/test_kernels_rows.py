@@ -325,6 +325,24 @@ def test_views_beyond_int32_are_refused_at_match_time():
                            RowConfig(1, 1024, 128))
 
 
+def test_a_reduction_over_a_middle_axis_says_which_axis_to_put_last():
+    """Softmax over the middle axis of [b, h, t]: no row family reads strided rows, and every
+    plan's error says what to change (h last) rather than which tensor shapes it takes."""
+    b = DagBuilder("softmax_mid", [("b", 2), ("h", 3), ("t", 5)])
+    x = b.input("X", ["b", "h", "t"])
+    e = b.exp(x)
+    b.output(b.div(e, b.red("sum", "h", e)))
+    ds = derive_all(b.build())
+    messages = set()
+    for d in ds:
+        with pytest.raises(LoweringError) as err:
+            match_plan(d.plan)
+        messages.add(err.value.message)
+    assert any("over 'h', which is not its innermost axis" in m and "as [b, t, h]" in m
+               for m in messages)
+    assert all("innermost" in m for m in messages), messages
+
+
 def test_tile_padding_past_int32_is_refused_before_tilelang():
     """A view within int32 whose whole tiles are not: 2^31 − 1 elements in one row pad to
     2^31 at every block width (TileLang failed with "Literal value 2147483648 exceeds

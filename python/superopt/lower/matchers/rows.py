@@ -99,6 +99,8 @@ def match_rowreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
         elif axes == dom:
             env[a] = _field(a)
             row_inputs.append(a)
+        elif set(axes) == set(full) and x is None:
+            raise LoweringError(_innermost(k, a, axes, rn.axis), path=f"kernels[{k}]")
         else:
             raise LoweringError(f"kernel {k} reads node {a} with axes {list(axes)}; a row "
                                 f"reduction reads one [{', '.join(full)}] tensor and row vectors",
@@ -119,6 +121,16 @@ def match_rowreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
     params = [(x, (rows, cols))] + [(a, (rows,)) for a in row_inputs]
     return KernelLowering(k, "rowreduce", spec, tuple(params), outs[0], (rows,),
                           more_outputs=tuple((o, (rows,)) for o in outs[1:]))
+
+
+def _innermost(k: int, node: NodeId, axes: tuple, axis: str) -> str:
+    """Why a reduction over ``axis`` of ``node`` (axes ``axes``) does not lower when ``axis``
+    is not the innermost: the row families read contiguous rows."""
+    want = [x for x in axes if x != axis] + [axis]
+    return (f"kernel {k} reduces node {node} [{', '.join(axes)}] over {axis!r}, which is not "
+            f"its innermost axis; the row families reduce contiguous rows (no strided or "
+            f"transposed reads): give the tensor {axis!r} last, as "
+            f"[{', '.join(want)}], where it is made")
 
 
 # -- row-fused kernels -------------------------------------------------------------------------
@@ -171,7 +183,8 @@ def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
                             path=path)
     if dom[-1] != a:
         raise LoweringError(f"kernel {k} streams {a!r}, which is not the innermost axis of its "
-                            f"domain {list(dom)}: a row-fused kernel reads contiguous rows",
+                            f"domain {list(dom)}: a row-fused kernel reads contiguous rows "
+                            f"(give the tensors {a!r} last where they are made)",
                             path=path)
     row_axes = dom[:-1]
     rows, cols = axes_prod(g, row_axes), g.size(a)
