@@ -713,6 +713,16 @@ def test_chain_residual_plan(iso, tmp_path):
     check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.col_tiles"] > 1)
 
 
+def test_adapter_residual_plan(iso, tmp_path):
+    """A LoRA-style adapter, ``X + B(A(X))``: X is the chain's A operand and its residual."""
+    def body(b):
+        x, wa, wb = b.input("X", ["t", "d"]), b.input("A", ["d", "r"]), b.input("B", ["r", "d"])
+        return b.add(x, b.matmul(b.matmul(x, wa, "d", "d"), wb, "r", "r"))
+    g, plan = _graph_plan("adapter", [("t", 1000), ("d", 520), ("r", 64)], body,
+                          [((3, 4, 5), ("t", "d"), "r")])
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
+
+
 def test_chain_plan(iso, tmp_path):
     def body(b):
         x, w1 = b.input("X", ["m", "d"]), b.input("W1", ["d", "f"])

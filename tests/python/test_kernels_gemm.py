@@ -948,6 +948,25 @@ def test_residual_in_a_gemm_chain_epilogue(tmp_path):
         gemm_source(replace(spec, c_inputs=(("v5", "int8"),)), FAMILIES["gemm"].config_space(spec)[0])
 
 
+def test_an_operand_the_epilogue_also_reads_is_a_residual_too(tmp_path):
+    """An adapter, ``X + B(A(X))``: X is the chain's A and its residual (a helper found the
+    one-kernel plan refused with an error naming no kernel). One kernel, X bound twice, as A
+    and as the C-shaped input (both read-only)."""
+    b = DagBuilder("lora", [("t", 1000), ("d", 512), ("r", 64)])
+    x, wa, wb = b.input("X", ["t", "d"]), b.input("A", ["d", "r"]), b.input("B", ["r", "d"])
+    b.output(b.add(x, b.matmul(b.matmul(x, wa, "d", "d"), wb, "r", "r")))
+    one = [d for d in derive_all(b.build()) if len(d.plan.kernels) == 1]
+    (kl,) = match_plan(one[0].plan).kernels
+    assert isinstance(kl.spec, GemmChainSpec) and kl.spec.c_inputs == (("v0", "float16"),)
+    assert [a for a, _ in kl.params] == [0, 1, 2, 0] and kl.params[-1][1] == (1, 1000, 512)
+    cuda, _ = lower(tmp_path, gemm_source(kl.spec, FAMILIES["gemm"].config_space(kl.spec)[0]),
+                    kl.spec.name)
+    # n = 512 divides the tile: no column clamp, and TileLang loads the pairs of columns a
+    # thread owns in one 4-byte access
+    assert "*(uint1*)(v0 + " in cuda
+
+
+
 def test_tile_padding_past_int32_leaves_a_gemm_without_configuration():
     """A GEMV over 2^31 − 1 columns fits int32 unpadded, but every block_n pads past it
     (TileLang failed inside with a raw literal overflow): no configuration, and the matcher
@@ -965,6 +984,13 @@ def test_tile_padding_past_int32_leaves_a_gemm_without_configuration():
     wide = GemmSpec(1, 1000, 2147483, 64, "kn")  # 2147483000 elements; 1024 padded rows
     with pytest.raises(LoweringError, match="GEMM C padded .* at offset 2199022692"):
         check_config(wide, GemmConfig(128, 256, 64, 3, 256))
+    # B "nk" is [n, k]: its padding runs along n first (a helper found the check reading it
+    # as [k, n], refusing a B that fits and passing one that does not)
+    fits = GemmSpec(1, 64, 2147456, 1000, "nk")  # [2147456, 1024] ends at 2147456023
+    assert gemm_config_space(fits)
+    over = GemmSpec(1, 64, 2236962, 960, "nk")  # [2236992, 960] ends at 2147512319
+    with pytest.raises(LoweringError, match=r"GEMM B padded .* \[2236992, 960\]"):
+        check_config(over, GemmConfig(64, 64, 64, 2, 128))
 
 
 def test_matrix_times_vector_is_a_one_row_gemm(tmp_path):

@@ -256,12 +256,10 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
             intermediate over 256, or not a multiple of 16 in [16, 256], or with
             ``col_tiles > 1`` one tile or more than 256 columns; ``col_stages`` not 1 or
             2, or 2 without several column tiles dividing the output's; shared memory or
-            accumulator registers over the limits; a padded A or C past int32 indexing
-            (:func:`~.tiling.check_padded`).
+            accumulator registers over the limits; a padded A, B1, B2 or C past int32
+            indexing (:func:`~.tiling.check_padded`).
     """
     check_config_fields(cfg)
-    check_padded("GEMM chain A", ((spec.m, cfg.block_m), (spec.k, cfg.block_k)), spec.batch)
-    check_padded("GEMM chain C", ((spec.m, cfg.block_m), (spec.n, cfg.block_n)), spec.batch)
     if (cfg.schedule != "auto" or cfg.policy != "full_row" or cfg.store != "tma" or
             cfg.swizzle_panel or cfg.persistent or cfg.cluster_m != 1 or cfg.c_alias):
         raise LoweringError("a GEMM chain runs schedule 'auto', policy 'full_row', store "
@@ -289,6 +287,13 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
                             f"whole in shared memory: needs at least two tiles (f = {spec.f} > "
                             f"block_h = {cfg.block_h}) spanning at most {MAX_CHAIN_F} "
                             f"columns, got {spec.h_span(cfg)}")
+    ht = spec.h_tile(cfg)
+    check_padded("GEMM chain A", ((spec.m, cfg.block_m), (spec.k, cfg.block_k)), spec.batch)
+    check_padded("GEMM chain B1", ((spec.k, cfg.block_k), (spec.f, ht)) if spec.b1_layout == "kn"
+                 else ((spec.f, ht), (spec.k, cfg.block_k)), spec.b_batches(1))
+    check_padded("GEMM chain B2", ((spec.f, ht), (spec.n, cfg.block_n)) if spec.b2_layout == "kn"
+                 else ((spec.n, cfg.block_n), (spec.f, ht)), spec.b_batches(2))
+    check_padded("GEMM chain C", ((spec.m, cfg.block_m), (spec.n, cfg.block_n)), spec.batch)
     n_blocks = ceil_div(spec.n, cfg.block_n)
     if cfg.col_stages not in (1, 2):
         raise LoweringError(f"col_stages must be 1 or 2, got {cfg.col_stages}")

@@ -405,16 +405,18 @@ def check_config_fields(cfg: GemmConfig) -> None:
 
 def check_padded_operands(spec: GemmSpec, cfg: GemmConfig) -> None:
     """Refuse a tile whose padded A, B or C view an int32 index does not reach
-    (:func:`~.tiling.check_padded`): A ``[batch, m, k]``, B ``[b', k, n]`` and C (and every
-    C-shaped input) ``[batch, m, n]`` in whole ``block_m × block_k``, ``block_k × block_n``
-    and ``block_m × block_n`` tiles.
+    (:func:`~.tiling.check_padded`): A ``[batch, m, k]``, B ``[b', k, n]`` (``[b', n, k]``
+    when ``b_layout == "nk"``) and C (and every C-shaped input) ``[batch, m, n]`` in whole
+    ``block_m × block_k``, ``block_k × block_n`` and ``block_m × block_n`` tiles.
 
     Raises:
         LoweringError: naming the operand and its padded shape.
     """
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    b_dims = (((spec.n, bn), (spec.k, bk)) if spec.b_layout == "nk"
+              else ((spec.k, bk), (spec.n, bn)))
     for what, dims, batch in (("GEMM A", ((spec.m, bm), (spec.k, bk)), spec.batch),
-                              ("GEMM B", ((spec.k, bk), (spec.n, bn)), spec.b_batches),
+                              ("GEMM B", b_dims, spec.b_batches),
                               ("GEMM C", ((spec.m, bm), (spec.n, bn)), spec.batch)):
         check_padded(what, dims, batch)
 
@@ -432,7 +434,6 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             operand past int32 indexing (:func:`check_padded_operands`).
     """
     check_config_fields(cfg)
-    check_padded_operands(spec, cfg)
     if cfg.col_tiles != 1 or cfg.block_h != 0 or cfg.col_stages != 1:
         raise LoweringError(f"col_tiles, block_h and col_stages are for GEMM chains; a single "
                             f"GEMM needs 1, 0 and 1, got {cfg.col_tiles}, {cfg.block_h} and "
@@ -520,6 +521,7 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             f"on sm_90), got {cfg.block_n}")
     if cfg.block_k % 16 or not 16 <= cfg.block_k <= 256:
         raise LoweringError(f"block_k must be a multiple of 16 in [16, 256], got {cfg.block_k}")
+    check_padded_operands(spec, cfg)
     if cfg.stages < 1 or cfg.stages > 8:
         raise LoweringError(f"stages must be in [1, 8], got {cfg.stages}")
     if cfg.swizzle_panel < 0:

@@ -90,6 +90,14 @@ def _operands(g: Graph, mm: NodeId, vector: bool) -> tuple[NodeId, NodeId]:
     return a, b
 
 
+def _render(g: Graph, node: NodeId, env: dict, index, k: int) -> str:
+    """:func:`~superopt.lower.expr.render`, its errors located at kernel ``k``."""
+    try:
+        return render(g, node, env, index)
+    except LoweringError as e:
+        raise LoweringError(f"kernel {k}: {e.message}", path=f"kernels[{k}]") from None
+
+
 def _prologue_nodes(plan: Plan, k: int, a_node: NodeId) -> set[NodeId]:
     """The nodes of kernel ``k`` that compute ``a_node`` from outside values (included)."""
     g = plan.graph
@@ -188,7 +196,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                                 "prologues are supported)", path=f"kernels[{k}]")
         env[mms[1]] = "{acc2}"
     pro_nodes = _prologue_nodes(plan, k, a_node) if plan.owner(a_node) == k else set()
-    sumsq = False
+    sumsq, sq = False, None
     if reds:
         rd = g.nodes[reds[0]]
         sq = rd.args[0]
@@ -203,10 +211,20 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     pro_env: dict[NodeId, str] = {}
     readers = {a: [c for c in g.consumers(a) if plan.owner(c) == k] for a in plan.external_args(k)}
     for a in plan.external_args(k):
-        if a in (b_node, b2) or (a == a_node and not pro_nodes):
-            continue
         axes = g.nodes[a].axes
         field = "{" + tensor_name(a) + "}"
+        if a in (b_node, b2) or (a == a_node and not pro_nodes):
+            # an operand the epilogue also reads: a C-shaped input besides (the sum of
+            # squares' square reads A's tiles in the loop, not in the epilogue)
+            if any(c not in pro_nodes and c not in mms and c != sq for c in readers[a]):
+                if axes != dom:
+                    raise LoweringError(f"kernel {k}'s epilogue reads its operand node {a} "
+                                        f"with axes {list(axes)} (only row and column vectors "
+                                        "and tensors of the output's shape)",
+                                        path=f"kernels[{k}]")
+                c_inputs.append(a)
+                env[a] = field
+            continue
         in_pro = any(c in pro_nodes for c in readers[a])
         in_epi = any(c not in pro_nodes for c in readers[a])
         if axes == row_axes and not vector:
@@ -238,12 +256,12 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                                     "cannot express", path=f"kernels[{k}]")
     epi_index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", n_axis: "{col}"},
                                fold_batch)
-    epilogue = render(g, out, env, epi_index)
+    epilogue = _render(g, out, env, epi_index, k)
     prologue = ""
     if pro_nodes:
         pro_index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", r: "{kpos}"},
                                    fold_batch)
-        prologue = render(g, a_node, pro_env, pro_index)
+        prologue = _render(g, a_node, pro_env, pro_index, k)
     vector_dtypes = tuple((tensor_name(a), storage_dtype(plan, a, dtype))
                           for a in row_inputs + col_inputs + k_inputs
                           if storage_dtype(plan, a, dtype) != "float32")
@@ -340,11 +358,19 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
     mid_env: dict[NodeId, str] = {mm1: "{acc}"}
     epi_env: dict[NodeId, str] = {mm2: "{acc}"}
     for a in plan.external_args(k):
-        if a in (a1, b1, b2):
-            continue
         axes = g.nodes[a].axes
         field = "{" + tensor_name(a) + "}"
         readers = {c for c in g.consumers(a) if plan.owner(c) == k}
+        if a in (a1, b1, b2):
+            # an operand the epilogue also reads (an adapter's X + B(A(X))): a residual besides
+            if readers & epi_nodes:
+                if axes != dom or readers & mid_nodes:
+                    raise LoweringError(f"kernel {k}: the chain's epilogue reads its operand "
+                                        f"node {a} with axes {list(axes)} (only tensors of the "
+                                        "output's shape)", path=where)
+                residuals.append(a)
+                epi_env[a] = field
+            continue
         if axes == batch_axes + (m_axis,):
             rows.append(a)
             mid_env[a] = epi_env[a] = field
@@ -362,10 +388,11 @@ def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
                                 "(only row vectors, vectors along the intermediate or output "
                                 "columns, and tensors of the output's shape in the epilogue)",
                                 path=where)
-    mid = render(g, a2, mid_env, position_index(g, batch_axes, m_axis,
-                                                {m_axis: "{row}", f_axis: "{fpos}"}, False))
-    epilogue = render(g, out, epi_env, position_index(g, batch_axes, m_axis,
-                                                      {m_axis: "{row}", n_axis: "{col}"}, False))
+    mid = _render(g, a2, mid_env, position_index(g, batch_axes, m_axis,
+                                                 {m_axis: "{row}", f_axis: "{fpos}"}, False), k)
+    epilogue = _render(g, out, epi_env, position_index(g, batch_axes, m_axis,
+                                                       {m_axis: "{row}", n_axis: "{col}"}, False),
+                       k)
     batch = axes_prod(g, batch_axes)
     m, kk, n = g.size(m_axis), g.size(r), g.size(n_axis)
     names = {a: tensor_name(a) for a in rows + f_vecs + cols}
