@@ -993,6 +993,15 @@ def test_tile_padding_past_int32_leaves_a_gemm_without_configuration():
         check_config(over, GemmConfig(64, 64, 64, 2, 128))
 
 
+def test_a_dot_product_says_to_write_a_reduction():
+    def body(b):
+        return b.matmul(b.input("x", ["k"]), b.input("y", ["k"]), "k", "k")
+    g, plan = _graph_plan("dot", [("k", 4096)], body, [((2,), (), "k")])
+    with pytest.raises(LoweringError, match=r"dot product .* write it as a reduction") as e:
+        match_plan(plan)
+    assert e.value.path == "kernels[0]"
+
+
 def test_matrix_times_vector_is_a_one_row_gemm(tmp_path):
     """``W[n, d] @ x[d]`` (the matrix written first, as a decode step's GEMV often is): the
     vector becomes A, W becomes B in "nk" layout; the output is the same ``[n]``."""

@@ -160,7 +160,11 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     out = single_output(plan, k)
     dom = g.nodes[out].axes
     m0 = g.nodes[mms[0]]
-    if not dom or any(g.nodes[mm].axes != dom for mm in mms):
+    if not dom:
+        raise LoweringError(f"kernel {k} is a dot product (its matmul keeps no axis): no GEMM "
+                            "tile has a row or a column; write it as a reduction, "
+                            "sum over the axis of (x * y)", path=f"kernels[{k}]")
+    if any(g.nodes[mm].axes != dom for mm in mms):
         raise LoweringError(f"kernel {k}'s matmuls do not share its domain", path=f"kernels[{k}]")
     if m0.axis != r or m0.axis_b != r:
         raise LoweringError(f"kernel {k}'s matmul does not contract the streamed axis {r!r}",
