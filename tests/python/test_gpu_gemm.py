@@ -674,6 +674,17 @@ def test_matrix_times_vector_plan(iso, tmp_path):
     check_module_case(iso, tmp_path, g, plan, "float16", lambda c: c["k0.schedule"] == "auto")
 
 
+def test_batched_vector_matrix_plan(iso, tmp_path):
+    """One token per expert, ``x[e, k] @ W[e, k, n]`` scaled per expert: a batch of one-row
+    GEMMs, each reading its own expert's weights."""
+    def body(b):
+        x, w = b.input("x", ["e", "k"]), b.input("W", ["e", "k", "n"])
+        return b.mul(b.matmul(x, w, "k", "k"), b.input("s", ["e"]))
+    g, plan = _graph_plan("moe_decode", [("e", 5), ("k", 1000), ("n", 3000)], body,
+                          [((2, 4), ("e", "n"), "k")])
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_residual_epilogue_plan(iso, tmp_path, dtype):
     """``X + H @ W`` in one kernel, the residual X read in the epilogue at ragged edges (m

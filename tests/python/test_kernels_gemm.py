@@ -993,6 +993,33 @@ def test_tile_padding_past_int32_leaves_a_gemm_without_configuration():
         check_config(over, GemmConfig(64, 64, 64, 2, 128))
 
 
+def test_a_batch_of_vector_matrix_products_is_one_row_per_batch(tmp_path):
+    """One token per expert, ``x[e, k] @ W[e, k, n]`` (and written matrix first,
+    ``W[e, n, k] @ x[e, k]``), scaled by a per-expert gate: batch e of one-row GEMMs, each
+    reading its own expert's weights. It was refused ("B's batch axes must be a prefix of
+    []", a hostile-user pass)."""
+    def first(b):
+        x, w = b.input("x", ["e", "k"]), b.input("W", ["e", "k", "n"])
+        return b.mul(b.matmul(x, w, "k", "k"), b.input("s", ["e"]))
+
+    def second(b):
+        x, w = b.input("x", ["e", "k"]), b.input("W", ["e", "n", "k"])
+        return b.matmul(w, x, "k", "k")
+    axes = [("e", 8), ("k", 1000), ("n", 3000)]
+    g, plan = _graph_plan("moe_decode", axes, first, [((2, 4), ("e", "n"), "k")])
+    kl = match_plan(plan).kernels[0]
+    s = kl.spec
+    assert (s.batch, s.m, s.n, s.k, s.b_layout, s.b_batch) == (8, 1, 3000, 1000, "kn", None)
+    assert s.row_inputs == ("v3",) and [v for _, v in kl.params] == \
+        [(8, 1, 1000), (8, 1000, 3000), (8, 1)]
+    cuda, launch = lower(tmp_path, gemm_source(s, gemm_config_space(s)[0]), s.name)
+    assert launch["grid"] == expected_grid(s, gemm_config_space(s)[0]) and "wgmma" in cuda
+    g, plan = _graph_plan("moe_decode_wfirst", axes, second, [((2,), ("e", "n"), "k")])
+    kl = match_plan(plan).kernels[0]
+    assert (kl.spec.batch, kl.spec.m, kl.spec.b_layout) == (8, 1, "nk")
+    assert [a for a, _ in kl.params] == [0, 1]  # A is x (node 0), B is W
+
+
 def test_a_dot_product_says_to_write_a_reduction():
     def body(b):
         return b.matmul(b.input("x", ["k"]), b.input("y", ["k"]), "k", "k")

@@ -11,7 +11,8 @@ the output's (grouped-query attention: Q ``[b, g, r, t, d]`` against K ``[b, g, 
 kernel then reads B's batch ``z // r`` for output batch ``z`` (no copy of K/V). A B with no
 batch axis at all folds the output's batch into its rows (one larger GEMM). A vector times a
 matrix (``[k] @ [k, n]``, a LayerNorm's ``beta @ W``) is a GEMM of one row, and so is a
-matrix times a vector written matrix first (``W[n, k] @ x[k]``: a decode step's GEMV).
+matrix times a vector written matrix first (``W[n, k] @ x[k]``: a decode step's GEMV); with
+batch axes on both (``x[e, k] @ W[e, k, n]``: one token per expert) each batch is one row.
 
 Owns: the plan → :class:`~superopt.lower.kernels.gemm_spec.GemmSpec` and
 :class:`~superopt.lower.kernels.gemm_chain_spec.GemmChainSpec` mappings. Must not import
@@ -80,12 +81,14 @@ def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> 
                         path=f"kernels[{k}]")
 
 
-def _operands(g: Graph, mm: NodeId, vector: bool) -> tuple[NodeId, NodeId]:
-    """(A, B) of matmul ``mm``: its arguments in order, except that a matrix times a vector
-    (``W[n, k] @ x[k]``, the matrix written first) is the vector times the matrix: the same
-    ``[n]`` output, from A ``[k]`` and B ``[n, k]`` (one row, B "nk")."""
+def _operands(g: Graph, mm: NodeId, dom: tuple, r: str) -> tuple[NodeId, NodeId]:
+    """(A, B) of matmul ``mm`` over output ``dom``, contracting ``r``: its arguments in order,
+    except that a matrix times a vector written matrix first (``W[n, k] @ x[k]``, or per
+    batch ``W[b, n, k] @ x[b, k]``) is the vector times the matrix: the same output, from A
+    the vector (its axes the output's but the last, then ``r``) and B the matrix."""
     a, b = g.nodes[mm].args
-    if vector and len(g.nodes[a].axes) == 2 and len(g.nodes[b].axes) == 1:
+    row = tuple(dom[:-1]) + (r,)
+    if g.nodes[b].axes == row and g.nodes[a].axes != row:
         return b, a
     return a, b
 
@@ -171,9 +174,13 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
                             path=f"kernels[{k}]")
     # a vector times a matrix ([k] @ [k, n], e.g. a LayerNorm's beta @ W) is one row
     vector = len(dom) == 1
-    a_node, b_node = _operands(g, mms[0], vector)
+    a_node, b_node = _operands(g, mms[0], dom, r)
     batch_axes, m_axis, n_axis = ((), None, dom[0]) if vector else (dom[:-2], dom[-2], dom[-1])
-    row_axes = batch_axes + (() if vector else (m_axis,))
+    if not vector and m_axis in g.nodes[b_node].axes:
+        # B carries the output's second-last axis: a batch of vector-matrix products
+        # (x[e, k] @ W[e, k, n], one token per expert), one row each
+        batch_axes, m_axis = dom[:-1], None
+    row_axes = batch_axes + (() if m_axis is None else (m_axis,))
     a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
     if plan.owner(b_node) == k:
         raise LoweringError(f"kernel {k} computes the B operand in its prologue (only A "
@@ -185,13 +192,13 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     fold_batch = b_lead == 0 and batch_axes != ()
     batch = 1 if fold_batch else axes_prod(g, batch_axes)
     b_batch = None if fold_batch or b_lead == len(batch_axes) else axes_prod(g, batch_axes[:b_lead])
-    m = axes_prod(g, row_axes) if fold_batch or vector else g.size(m_axis)
+    m = axes_prod(g, row_axes) if fold_batch else 1 if m_axis is None else g.size(m_axis)
     n, kk = g.size(n_axis), g.size(r)
     env = {mms[0]: "{acc}"}
     b2 = None
     if len(mms) == 2:
         m1 = g.nodes[mms[1]]
-        a1, b2 = _operands(g, mms[1], vector)
+        a1, b2 = _operands(g, mms[1], dom, r)
         if a1 != a_node or m1.axis != r or g.nodes[b2].axes != b_axes:
             raise LoweringError(f"kernel {k}: the two GEMMs do not share A and B's layout",
                                 path=f"kernels[{k}]")
@@ -231,7 +238,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
             continue
         in_pro = any(c in pro_nodes for c in readers[a])
         in_epi = any(c not in pro_nodes for c in readers[a])
-        if axes == row_axes and not vector:
+        if axes == row_axes and row_axes:
             row_inputs.append(a)
             env[a] = pro_env[a] = field
         elif in_pro and not in_epi and axes == row_axes + (r,):
