@@ -5,6 +5,8 @@ does everything but compile-and-time (no GPU needed):
 
 1. derive every plan (:func:`superopt.derive.derive_all`) and match each to its kernel
    families once (:func:`superopt.lower.match_plan`); plans no family expresses are left out;
+   where the enumerator stopped at its plan cap, descend from the best plans it reached
+   while the estimate improves (:mod:`superopt.guided`);
 2. rank plans by a roofline estimate (:func:`estimate_us`) and give the budget out
    best-first: the best plan gets half the candidates, the next a quarter, ... (at least
    one each), each plan's configurations in its configuration space's own order; plans that
@@ -40,6 +42,7 @@ from .derive.enumerator import (DEFAULT_MAX_DEPTH, DEFAULT_MAX_PLANS, enumerate_
 from .derive.plan import stored_by_every_plan
 from .dtypes import STORAGE_DTYPES, dtype_name, itemsize, storage_dtype as _storage
 from .errors import DerivationError, Interrupted, LoweringError, SuperoptError, from_exception
+from .guided import STARTS, descend
 from .ir.dag import Graph
 from .lower.config import config_space, leaders_first
 from .lower.families import FAMILIES
@@ -290,6 +293,25 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
     matching.info = f"{len(matched)} lowerable"
     matching.close()
     scored.sort(key=lambda t: t[:4])
+    if enumerated and capped and capped.startswith("the enumerator stopped at --max-plans"):
+        # the cap cut off the deepest plans: descend from the best ones it reached
+        starts, keys = [], set()
+        for t in scored:
+            if t[6] not in keys and len(starts) < STARTS:
+                keys.add(t[6])
+                starts.append(t[4])
+        with prog.phase("guided descent") as descent:
+            found = descend(graph, derived, starts, dtype, estimate_us)
+            descent.advance(info=f"{len(found)} plans")
+        derived = [*derived, *(d for d, _ in found)]
+        for d, m in found:
+            scored.append((estimate_us(m), unbounded_exps(d.plan), natural_exps(d.plan),
+                           len(matched), d, m, m.spec_key()))
+            matched.append((d, m))
+        scored.sort(key=lambda t: t[:4])
+        capped += (f"; a guided descent from the {len(starts)} best of them added "
+                   f"{len(found)} plan(s) ({found[0][0].derivation.id} on)" if found else
+                   f"; a guided descent from the {len(starts)} best of them found none better")
     unique, seen_specs = [], set()
     for est, unb, _, _, d, m, key in scored:  # plans whose kernels lower to the same specs:
         if key not in seen_specs:              # the first

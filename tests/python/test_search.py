@@ -9,6 +9,7 @@ import pytest
 
 from superopt import wire
 from superopt.derive import derive_all
+from superopt.derive.enumerator import replay
 from superopt.graphs import load_graph
 from superopt.lower import lowerable, match_plan
 from superopt.lower.target import HOPPER
@@ -439,3 +440,47 @@ def test_where_some_plan_is_bounded_every_bounded_plan_comes_first(tmp_path):
     assert plans.candidates and all(unbounded_exps(c.derived.plan) == 0
                                     for c in plans.candidates)
     assert numerics_excuses(g, plans, "float16") == (frozenset(), True)
+
+
+def _sublayer(t: int = 256, d: int = 192, f: int = 320):
+    """RMSNorm (gain) -> SwiGLU -> down projection -> + the residual: more plans than a small
+    cap (the default cap, 20000, cuts it off at real sizes too)."""
+    from superopt.dsl import DagBuilder
+
+    b = DagBuilder("sublayer", [("t", t), ("d", d), ("f", f), ("o", d)])
+    x, g = b.input("X", ["t", "d"]), b.input("g", ["d"])
+    wg, wu = b.input("W_gate", ["d", "f"]), b.input("W_up", ["d", "f"])
+    wd = b.input("W_down", ["f", "o"])
+    xn = b.mul(b.mul(x, b.rsqrt(b.add(b.mean("d", b.square(x)), b.eps_const(1e-5)))), g)
+    h = b.mul(b.silu(b.matmul(xn, wg, "d", "d")), b.matmul(xn, wu, "d", "d"))
+    b.output(b.add(b.input("R", ["t", "o"]), b.matmul(h, wd, "f", "f")))
+    return b.build()
+
+
+def test_a_capped_enumeration_is_finished_by_a_guided_descent(tmp_path):
+    """At a cap of 400 plans the breadth-first plans of a norm + MLP + residual sublayer
+    keep the residual add (and more) in kernels of their own; the descent from the best of
+    them reaches fewer, cheaper kernels. Its derivations carry ids after the enumerator's,
+    replay from the graph to their plans and pass the step checker."""
+    from superopt.derive.enumerator import enumerate_derivations
+    from superopt.verify.step_checker import verify
+
+    g = _sublayer()
+    e = enumerate_derivations(g, max_plans=400)
+    assert e.capped == "max_plans"
+    bfs_best = min(estimate_us(match_plan(d.plan)) for d in e.derived if lowerable(d.plan))
+    p = plan_candidates(g, budget=2, max_plans=400, directory=tmp_path)
+    n = len(e.derived)
+    new = p.derived[n:]
+    assert new and [d.derivation.id for d in new] == [f"d{n + i}" for i in range(len(new))]
+    assert "a guided descent from the 6 best of them added" in p.capped
+    for d in new:
+        assert replay(g, d.derivation.steps).canonical() == d.plan.canonical()
+        assert verify(g, d.derivation.steps).canonical() == d.plan.canonical()
+    best = min(estimate_us(m) for _, m in p.matched)
+    assert best < bfs_best
+    assert p.candidates[0].derived in new and p.candidates[0].estimate_us == best
+    # the uncapped search adds nothing: its plan space is complete
+    full = plan_candidates(WORKLOADS["swiglu"].graph(m=256, n=256, d=128), budget=1,
+                           directory=tmp_path)
+    assert full.capped is None and len(full.derived) == 11
