@@ -19,8 +19,8 @@ PKG = Path(__file__).resolve().parents[2] / "python" / "superopt"
 #: rank of each stage; a module may import modules of the same or a lower rank.
 RANKS = {"errors": 0, "dtypes": 0, "version": 0, "storage": 0, "ir": 1, "dag": 1, "dsl": 1,
          "workloads": 1, "derive": 2, "wire": 3, "lower": 4, "run": 5, "verify": 7,
-         "record": 6, "report": 6, "draw": 6, "search": 6, "bridge": 6, "cli": 6, "graphs": 6,
-         "api": 6, "cache": 6, "runlog": 6, "__init__": 1, "__main__": 6}
+         "record": 6, "report": 6, "draw": 6, "search": 6, "guided": 6, "bridge": 6, "cli": 6,
+         "graphs": 6, "api": 6, "cache": 6, "runlog": 6, "__init__": 1, "__main__": 6}
 
 
 def _modules() -> dict[str, Path]:
