@@ -253,13 +253,15 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
           directory: Path | None, max_depth: int, max_plans: int, prog: Progress) -> Plans:
     capped = None
     enumerated = derived is None
+    plan_cap_hit = False
     if derived is None:
         with prog.phase("derive") as deriving:
             e = enumerate_derivations(graph, max_depth, max_plans,
                                       on_plan=lambda n: deriving.advance(n - deriving.done))
             deriving.advance(e.explored - deriving.done, info=f"{len(e.derived)} derivations")
         derived = e.derived
-        if e.capped == "max_plans":
+        plan_cap_hit = e.capped == "max_plans"
+        if plan_cap_hit:
             capped = (f"the enumerator stopped at --max-plans {max_plans} ({e.explored} plans "
                       "explored): plans it did not reach were not searched")
         elif e.capped == "max_depth":
@@ -293,7 +295,7 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
     matching.info = f"{len(matched)} lowerable"
     matching.close()
     scored.sort(key=lambda t: t[:4])
-    if enumerated and capped and capped.startswith("the enumerator stopped at --max-plans"):
+    if plan_cap_hit:
         # the cap cut off the deepest plans: descend from the best ones it reached
         starts, keys = [], set()
         for t in scored:
