@@ -52,8 +52,8 @@ def _search_steps(d: Derived) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def descend(graph: Graph, derived: list[Derived], starts: list[Derived], dtype: str,
-            estimate: Callable[[PlanMatch], float],
+def descend(graph: Graph, derived: list[Derived], starts: list[tuple[Derived, float]],
+            dtype: str, estimate: Callable[[PlanMatch], float],
             max_evaluations: int = MAX_EVALUATIONS) -> list[tuple[Derived, PlanMatch]]:
     """Plans better than ``starts`` by ``estimate``, one rule application at a time.
 
@@ -61,7 +61,8 @@ def descend(graph: Graph, derived: list[Derived], starts: list[Derived], dtype: 
         graph: the graph ``derived`` enumerates.
         derived: every derivation so far (their completed plans are not revisited; the new
             ids follow theirs).
-        starts: the derivations to descend from, best first (lowerable ones).
+        starts: the derivations to descend from, best first (lowerable ones), each with
+            its estimate (the search has them already).
         dtype: the storage dtype plans are matched for.
         estimate: the roofline estimate of a matched plan, µs (lower is better).
         max_evaluations: neighbours evaluated over all starts, at most.
@@ -72,10 +73,11 @@ def descend(graph: Graph, derived: list[Derived], starts: list[Derived], dtype: 
     seen = {d.plan.canonical() for d in derived}
     out: list[tuple[Derived, PlanMatch]] = []
     evaluations = 0
-    for start in starts:
+    for start, best in starts:
+        if evaluations >= max_evaluations:
+            break
         steps = _search_steps(start)
         plan = replay(graph, steps)
-        best = estimate(match_plan(start.plan, dtype))
         for _ in range(DEPTH):
             move = None
             for rule_id in _RULES:

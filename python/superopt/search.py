@@ -301,7 +301,7 @@ def _plan(graph: Graph, dtype: str, budget: int, derived: list[Derived] | None,
         for t in scored:
             if t[6] not in keys and len(starts) < STARTS:
                 keys.add(t[6])
-                starts.append(t[4])
+                starts.append((t[4], t[0]))
         with prog.phase("guided descent") as descent:
             found = descend(graph, derived, starts, dtype, estimate_us)
             descent.advance(info=f"{len(found)} plans")
