@@ -34,8 +34,11 @@ from superopt.lower import config_space, lower_plan, match_plan, module_source
 from superopt.lower import tl
 from superopt.lower.config import complete_config, kernel_config_space, unflatten_config
 from superopt.lower.families import FAMILIES, family_of
+from superopt.lower.kernels.colreduce import (ColConfig, ColReduceSpec, colreduce_config_space,
+                                              colreduce_grid, colreduce_source)
 from superopt.lower.kernels.tiling import check_padded
-from superopt.lower.kernels.row_launch import (INDEX_LIMIT, check_elements, check_grid,
+from superopt.lower.kernels.row_launch import (INDEX_LIMIT, Gather, check_elements, check_grid,
+                                               flat_offset, grouped_position_index,
                                                position_index)
 from superopt.lower.kernels.rowfused import (reciprocal_divisions, row_divisors,
                                              rowfused_source)
@@ -124,6 +127,49 @@ def g_masked_softmax(h=2, t_q=5, t_kv=7):
     return b.build()
 
 
+def g_pool(b=2, t=5, d=7):
+    """Mean pooling over the sequence, plus a bias: ``sum_t X[b, t, d] / t + beta[d]``."""
+    bld = DagBuilder("mean_pool", [("b", b), ("t", t), ("d", d)])
+    x = bld.input("X", ["b", "t", "d"])
+    bld.output(bld.add(bld.div(bld.red("sum", "t", x), bld.size_const("t")),
+                       bld.input("beta", ["d"])))
+    return bld.build()
+
+
+def g_moe_combine(e=3, t=4, d=5):
+    """A mixture-of-experts combine: ``sum_e G[e, t] · Y[e, t, d]``."""
+    b = DagBuilder("moe_combine", [("e", e), ("t", t), ("d", d)])
+    y = b.input("Y", ["e", "t", "d"])
+    b.output(b.red("sum", "e", b.mul(y, b.input("G", ["e", "t"]))))
+    return b.build()
+
+
+def g_softmax_middle(b=2, h=3, t=4):
+    """Softmax over the middle axis of ``[b, h, t]``, stabilised."""
+    bld = DagBuilder("softmax_middle", [("b", b), ("h", h), ("t", t)])
+    x = bld.input("X", ["b", "h", "t"])
+    e = bld.exp(bld.sub(x, bld.red("max", "h", x)))
+    bld.output(bld.div(e, bld.red("sum", "h", e)))
+    return bld.build()
+
+
+def g_head_scale(h=3, t=2, d=5):
+    """A per-head scale ``X[h, t, d] · S[h]``: S is neither a row nor a column."""
+    b = DagBuilder("head_scale", [("h", h), ("t", t), ("d", d)])
+    b.output(b.mul(b.input("X", ["h", "t", "d"]), b.input("S", ["h"])))
+    return b.build()
+
+
+def g_middle_max_masked(h=3, t_q=4, t_kv=5):
+    """A max over the query axis of a causally masked ``[h, t_q, t_kv]`` (positions from
+    all three groups of a column reduction)."""
+    b = DagBuilder("middle_max_masked", [("h", h), ("t_q", t_q), ("t_kv", t_kv)])
+    s = b.input("S", ["h", "t_q", "t_kv"])
+    keep = b.band("t_q", "t_kv", lo=t_q - t_kv)
+    b.output(b.red("max", "t_q", b.select(keep, s, b.const(-1e4))))
+    return b.build()
+
+
 def one_kernel_plan(graph, stream=None) -> Plan:
     """Every computed node in one kernel streaming ``stream``, its grid the last two axes of
     its domain other than ``stream`` (what rule ``fuse_rows`` and completion make of it)."""
@@ -151,11 +197,17 @@ class _T:
     min = staticmethod(lambda a, b: np.minimum(a, b))
 
 
-def _eval(expr: str, values: dict, row: int, col: int | None = None) -> float:
+def _eval(expr: str, values: dict, row: int, col: int | None = None, **pos) -> float:
     fields = {n: f"V[{n!r}]" for n in values}
-    fields.update(_row=str(row), _col=str(col))
+    fields.update(_row=str(row), _col=str(col), **{k: str(v) for k, v in pos.items()})
     with np.errstate(all="ignore"):
         return eval(expr.format(**fields), {"T": _T, "V": values})  # noqa: S307 - our text
+
+
+def _gathered(gathers, arrays: dict, **pos) -> dict:
+    """Each gathered input's element at the position ``pos`` (its index evaluated)."""
+    return {gt.name: arrays[gt.name][eval(gt.index.format(**pos))]  # noqa: S307 - our text
+            for gt in gathers}
 
 
 def run_elementwise(spec: ElementwiseSpec, arrays: dict) -> list[np.ndarray]:
@@ -166,6 +218,7 @@ def run_elementwise(spec: ElementwiseSpec, arrays: dict) -> list[np.ndarray]:
         for c in range(spec.cols):
             vals = {n: arrays[n][{"full": (r, c), "row": (r,), "col": (c,)}[k]]
                     for n, k, _ in spec.inputs}
+            vals.update(_gathered(spec.gathers, arrays, _row=r, _col=c))
             for o, x in enumerate(outs):
                 res[o][r, c] = _eval(x, vals, r, c)
     return res
@@ -199,6 +252,29 @@ def run_rowfused(spec: RowFusedSpec, arrays: dict) -> list:
     return res
 
 
+def run_colreduce(spec: ColReduceSpec, arrays: dict) -> list[np.ndarray]:
+    """Every output of a column-reduction spec, element by element: per ``(o, c)`` the terms
+    over the reduced axis, reduced, then each ``post``."""
+    posts = [spec.post] + [x for x, _ in spec.more_outputs]
+    res = [np.zeros((spec.outer, spec.inner)) for _ in posts]
+    full = [n for n, k, _ in spec.inputs if k == "full"]
+    out = [n for n, k, _ in spec.inputs if k == "out"]
+    for o in range(spec.outer):
+        for c in range(spec.inner):
+            per_out = {n: arrays[n][o, c] for n in out}
+            terms = []
+            for r in range(spec.red):
+                v = {**per_out, **{n: arrays[n][o, r, c] for n in full},
+                     **_gathered(spec.gathers, arrays, _row=o, _red=r, _col=c)}
+                terms.append(_eval(spec.pre, v, o, c, _red=r))
+            red = np.sum(terms) if spec.reduce == "sum" else (np.max(terms) if terms else -np.inf)
+            post_vals = {**per_out, "r_": red, **_gathered(
+                [gt for gt in spec.gathers if "{_red}" not in gt.index], arrays, _row=o, _col=c)}
+            for k, post in enumerate(posts):
+                res[k][o, c] = _eval(post.replace("{r}", "{r_}"), post_vals, o, c)
+    return res
+
+
 def run_rowreduce(spec: RowReduceSpec, arrays: dict) -> list[list[float]]:
     """Every output of a row-reduction spec (``arrays``: ``"x"`` and the row inputs)."""
     res: list[list[float]] = [[] for _ in range(1 + len(spec.more_outputs))]
@@ -220,6 +296,8 @@ def run_kernel(kl, arrays: dict) -> list[np.ndarray]:
     elif kl.family == "rowreduce":
         x = {"x": arrays[next(iter(arrays))], **{n: arrays[n] for n in s.row_inputs}}
         outs = run_rowreduce(s, x)
+    elif kl.family == "colreduce":
+        outs = run_colreduce(s, arrays)
     else:
         outs = run_rowfused(s, arrays)
     return [np.asarray(o, dtype=np.float64).reshape(view) for o, (_, view) in
@@ -325,22 +403,27 @@ def test_views_beyond_int32_are_refused_at_match_time():
                            RowConfig(1, 1024, 128))
 
 
-def test_a_reduction_over_a_middle_axis_says_which_axis_to_put_last():
-    """Softmax over the middle axis of [b, h, t]: no row family reads strided rows, and every
-    plan's error says what to change (h last) rather than which tensor shapes it takes."""
+def test_a_reduction_over_a_middle_axis_is_a_column_reduction():
+    """Softmax over the middle axis of [b, h, t]: its reductions lower as column reductions
+    and its divide reads the [b, t] sums gathered; a plan that streams h (no column-fused
+    family) says what to change (h last) rather than which tensor shapes it takes."""
     b = DagBuilder("softmax_mid", [("b", 2), ("h", 3), ("t", 5)])
     x = b.input("X", ["b", "h", "t"])
     e = b.exp(x)
     b.output(b.div(e, b.red("sum", "h", e)))
-    ds = derive_all(b.build())
-    messages = set()
-    for d in ds:
-        with pytest.raises(LoweringError) as err:
-            match_plan(d.plan)
-        messages.add(err.value.message)
-    assert any("over 'h', which is not its innermost axis" in m and "as [b, t, h]" in m
-               for m in messages)
-    assert all("innermost" in m for m in messages), messages
+    lowered, messages = [], set()
+    for d in derive_all(b.build()):
+        try:
+            lowered.append(match_plan(d.plan).families)
+        except LoweringError as err:
+            messages.add(err.message)
+    assert ("elementwise", "colreduce", "elementwise") in lowered, lowered  # the literal plan
+    assert ("colreduce", "elementwise") in {f[-2:] for f in lowered}
+    assert messages and all("streams 'h', which is not the innermost axis" in m
+                            for m in messages), messages
+    colreduce = match_plan(derive_all(b.build())[0].plan).kernels[1]
+    assert colreduce.spec.outer == 2 and colreduce.spec.red == 3 and colreduce.spec.inner == 5
+    assert colreduce.params[0][1] == (2, 3, 5) and colreduce.output_view == (2, 5)
 
 
 def test_tile_padding_past_int32_is_refused_before_tilelang():
@@ -540,7 +623,8 @@ def layernorm_spec(rows, cols, dtype="float16"):
 
 def test_family_table_puts_rowfused_before_the_plain_row_families():
     names = list(FAMILIES)
-    assert names.index("rowfused") < names.index("rowreduce") < names.index("elementwise")
+    assert names.index("rowfused") < names.index("colreduce") < names.index("rowreduce") \
+        < names.index("elementwise")
     g = g_softmax(m=8, d=16)
     fused = one_kernel_plan(g, "d")
     assert family_of(fused, 0).name == "rowfused"
@@ -597,7 +681,9 @@ def _example_graphs():
     return [softmax(h=2, t_q=3, t_kv=9), layernorm(t=5, d=11), rmsnorm(t=4, d=13),
             residual_rmsnorm(m=3, d=10), g_masked_softmax(h=2, t_q=3, t_kv=5),
             g_causal(h=2, t_q=3, t_kv=4), g_sum(m=5, d=6, fn="max"),
-            g_unary("gelu_tanh", m=3, d=5)]
+            g_unary("gelu_tanh", m=3, d=5), g_pool(b=2, t=5, d=7), g_moe_combine(e=3, t=4, d=5),
+            g_softmax_middle(b=2, h=3, t=4), g_head_scale(h=3, t=2, d=5),
+            g_middle_max_masked(h=3, t_q=4, t_kv=5)]
 
 
 @pytest.mark.parametrize("g", _example_graphs(), ids=lambda g: g.name)
@@ -607,11 +693,19 @@ def test_row_kernels_mean_what_the_graph_means(g):
     writes (the matchers' steps, outputs, masks, several outputs and their order)."""
     x = {n: np.random.default_rng(7).standard_normal(sh) * 2 for n, sh in g.inputs}
     seen, families = set(), set()
+    middle = any(n.op == "reduce" and g.nodes[n.args[0]].axes[-1] != n.axis for n in g.nodes)
     for d in derive_all(g):
         values = evaluate(d.plan.graph, x, all_nodes=True)  # the rules rewrite the graph
-        for kl in match_plan(d.plan).kernels:
+        try:
+            match = match_plan(d.plan)
+        except LoweringError as e:  # a middle axis streamed: no column-fused family
+            if middle and "which is not the innermost axis of its domain" in e.message:
+                continue
+            raise
+        for kl in match.kernels:
             key = (kl.family, repr(kl.spec), kl.params, kl.outputs, d.plan.graph.nodes)
-            if kl.family not in ("elementwise", "rowreduce", "rowfused") or key in seen:
+            if kl.family not in ("elementwise", "rowreduce", "rowfused", "colreduce") or \
+                    key in seen:
                 continue
             seen.add(key)
             families.add(kl.family)
@@ -620,7 +714,9 @@ def test_row_kernels_mean_what_the_graph_means(g):
                 np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12,
                                            err_msg=f"{d.derivation.id} {kl.family} node {nid}")
     assert seen
-    if any(n.op == "reduce" for n in g.nodes) and len(g.nodes[g.outputs[0]].axes) == 2:
+    if middle:
+        assert "colreduce" in families
+    elif any(n.op == "reduce" for n in g.nodes) and len(g.nodes[g.outputs[0]].axes) == 2:
         assert "rowfused" in families
 
 
@@ -1243,3 +1339,116 @@ def test_partial_config_completes_from_an_agreeing_configuration():
     streamed = complete_config(match, {"k0.block_cols": 256, "k0.threads": 128})
     assert streamed["k0.stage_stores"] is False and streamed["k0.prefetch_cols"] is False
     assert streamed["k0.block_rows"] == space[0].block_rows
+
+
+# =========================================================================================
+# 4. column reductions (a reduction over an axis that is not the innermost) and gathers
+# =========================================================================================
+
+_COL_SPEC = ColReduceSpec(
+    1, 1, 1, "sum", "T.exp({v0} - {v1}) * {v2}", "{r} / 3.0 + {v2b}",
+    (("v0", "full", "float16"), ("v1", "out", "float32")),
+    (Gather("v2", 1, "{_red}", "bfloat16"), Gather("v2b", 1, "{_col}", "float16")),
+    name="k0_colreduce", out_dtype="float16", more_outputs=(("{r}", "float32"),))
+
+
+def _col_spec(outer, red, inner, **kw):
+    g = [Gather("v2", max(red, 1), "{_red}", "bfloat16"),
+         Gather("v2b", inner, "{_col}", "float16")]
+    return replace(_COL_SPEC, outer=outer, red=red, inner=inner, gathers=tuple(g), **kw)
+
+
+@pytest.mark.parametrize("outer,red,inner", [(8, 4096, 4096), (3, 1000, 300), (1, 7, 33),
+                                             (70_000, 3, 8), (5, 0, 16), (2, 300, 1)])
+def test_every_config_of_the_column_space_lowers(outer, red, inner, tmp_path):
+    """Every tile of the space lowers to CUDA, at ragged sizes, an empty reduced axis, one
+    column, and more outer rows than grid y holds (folded into x); the launch grid is
+    :func:`colreduce_grid`'s and the threads sharing a column combine through TileLang's
+    all-reduce."""
+    spec = _col_spec(outer, red, inner)
+    space = colreduce_config_space(spec, limit=None)
+    assert space
+    for cfg in space[:6] + space[-2:]:
+        cuda, launch = lower(tmp_path, colreduce_source(spec, cfg), spec.name)
+        assert tuple(launch["grid"]) == colreduce_grid(spec, cfg) and within_limits(
+            launch["grid"]), cfg
+        assert launch["block"][0] == cfg.threads
+        if red > 0 and cfg.block_red * cfg.block_cols // cfg.threads < cfg.block_red:
+            assert "AllReduce" in cuda, cfg  # a column of the tile spans several threads
+    if outer > HOPPER.max_grid_yz:
+        assert colreduce_grid(spec, space[0])[1] == 1
+
+
+def test_column_space_prefers_full_sms_then_sixteen_elements_a_thread():
+    spec = _col_spec(8, 4096, 4096)
+    best = colreduce_config_space(spec)[0]
+    blocks = -(-4096 // best.block_cols) * 8
+    assert blocks >= 2 * HOPPER.num_sms
+    assert best.block_red * best.block_cols // best.threads == 16
+    # one outer row of 4096 columns: narrower tiles to reach the SMs
+    one = colreduce_config_space(_col_spec(1, 4096, 4096))[0]
+    assert -(-4096 // one.block_cols) >= HOPPER.num_sms
+
+
+def test_column_reduction_reads_each_element_once_and_guards_ragged_edges(tmp_path):
+    spec = _col_spec(3, 1000, 300)
+    cfg = ColConfig(16, 64, 128)
+    src = colreduce_source(spec, cfg)
+    assert "ko * 16 + i < 1000" in src and "bx * 64 + j < 300" in src
+    assert src.count("v0[") == 1  # the full input read once, in the prologue
+    cuda, _ = lower(tmp_path, src, spec.name, device_compile=True)  # nvcc builds the cubin
+    assert "AllReduce" in cuda
+    exact = colreduce_source(_col_spec(3, 1024, 256), cfg)
+    assert "T.if_then_else" not in exact  # no guard where the tiles divide the view
+    empty = colreduce_source(_col_spec(3, 0, 256), cfg)
+    assert "T.fill(red, 0.0)" in empty and "for ko" not in empty
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"reduce": "min"}, "reduce must be"),
+    ({"outer": 0}, "outer, inner >= 1"),
+    ({"inputs": (("v0", "row", "float16"),)}, "kind must be full or out"),
+    ({"inputs": (("v0", "full", "float16"), ("v0", "out", "float16"))}, "distinct"),
+    ({"pre": "{nope}"}, "pre .* uses {nope}"),
+    ({"post": "{v0}"}, "post .* uses {v0}"),
+    ({"post": "{v2}"}, "post .* uses {v2}"),  # a gather that reads the reduced position
+    ({"gathers": (Gather("v2", 0, "{_red}", "float16"),)}, "extent >= 1"),
+    ({"gathers": (Gather("v2", 4, "{_depth}", "float16"),)}, "uses {_depth}"),
+    ({"out_dtype": "int8"}, "out_dtype"),
+    ({"outer": 2 ** 16, "red": 2 ** 8, "inner": 2 ** 7}, "int32"),
+])
+def test_column_spec_errors(change, match):
+    spec = replace(_col_spec(4, 4, 4), **change)
+    with pytest.raises(LoweringError, match=match):
+        colreduce_source(spec, ColConfig(4, 32, 32))
+
+
+@pytest.mark.parametrize("cfg,match", [(ColConfig(3, 32, 32), "power of two"),
+                                       (ColConfig(4, 32, 48), "multiple of 32"),
+                                       (ColConfig(1, 8, 32), "not a multiple of 32 threads")])
+def test_column_config_errors(cfg, match):
+    with pytest.raises(LoweringError, match=match):
+        colreduce_source(_col_spec(4, 4, 4), cfg)
+
+
+def test_column_space_refuses_padding_past_int32():
+    with pytest.raises(LoweringError, match="no tile fits"):
+        colreduce_config_space(_col_spec(1, 3, 715827882))
+
+
+def test_gathered_inputs_of_an_elementwise_kernel(tmp_path):
+    """A per-head scale S[h] in an [h, t, d] kernel and a gate G[t, h] (axes reordered) are
+    read at their flat offsets; the full input keeps its vectorised tile loads."""
+    b = DagBuilder("gathers", [("h", 4), ("t", 64), ("d", 128)])
+    x = b.input("X", ["h", "t", "d"])
+    b.output(b.mul(b.mul(x, b.input("S", ["h"])), b.input("G", ["t", "h"])))
+    match = match_plan(next(d.plan for d in derive_all(b.build()) if len(d.plan.kernels) == 1))
+    kl = match.kernels[0]
+    assert kl.family == "elementwise"
+    assert [gt.index for gt in kl.spec.gathers] == ["({_row} // 64)",
+                                                    "({_row} % 64) * 4 + ({_row} // 64)"]
+    assert [view for _, view in kl.params] == [(256, 128), (4,), (256,)]
+    (prim,) = module_prim_funcs(match, config_space(match, limit=1)[0], tmp_path).values()
+    cuda = tl.lower_to_cuda(prim)
+    assert re.search(r"\*\(uint[24]\*\)\(v\d+_local_cast\w* \+ 0\) = \*\(uint[24]\*\)\(v\d+ \+",
+                     cuda), cuda  # the [h, t, d] input: vectorised tile loads

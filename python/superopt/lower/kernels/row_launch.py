@@ -17,7 +17,12 @@ current row and column through the format fields :data:`ROW_FIELD` and :data:`CO
 the source writer substitutes the kernel's integer expressions. :func:`position_index` turns
 the flattened row back into each leading axis's position.
 
-Owns: these limits and the position text. Imports :mod:`superopt.errors` and the target only.
+Gathered inputs: a tensor over some of a kernel's axes in another order or with axes
+missing from both ends (a per-head scale ``S[h]`` in an ``[h, t, d]`` kernel) is passed flat
+and read at :func:`flat_offset` of the positions (:class:`Gather`).
+
+Owns: these limits, the position text and the gathered inputs. Imports :mod:`superopt.errors`,
+the target and the shared spec checks only.
 
 Example::
 
@@ -28,10 +33,13 @@ Example::
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ...errors import LoweringError
 from ..target import HOPPER, Target
+from .spec_checks import check_dtype, format_fields
 
 #: The largest element offset an int32 index expression holds.
 INDEX_LIMIT = 2 ** 31 - 1
@@ -83,22 +91,93 @@ def position_index(row_axes: Sequence[tuple[str, int]],
     Raises (from the returned function):
         KeyError: an axis that is neither a row axis nor the column axis.
     """
-    sizes = [s for _, s in row_axes]
-    table: dict[str, str] = {}
-    for t, (axis, size) in enumerate(row_axes):
-        stride = 1
-        for s in sizes[t + 1:]:
-            stride *= s
-        text = "{" + ROW_FIELD + "}"
-        if stride != 1:
-            text = f"({text} // {stride})"
-        if t > 0:
-            text = f"({text} % {size})" if stride == 1 else f"({text[1:-1]} % {size})"
-        table[axis] = text
+    groups = [(ROW_FIELD, row_axes)]
     if col_axis is not None:
-        table[col_axis] = "{" + COL_FIELD + "}"
+        groups.append((COL_FIELD, [(col_axis, 1)]))
+    return grouped_position_index(groups)
+
+
+def grouped_position_index(groups: Sequence[tuple[str, Sequence[tuple[str, int]]]]
+                           ) -> Callable[[str], str]:
+    """``index(axis)`` over several flattened groups of axes: each ``(field, axes)`` names a
+    format field holding the flattened position over ``axes`` (``(axis, size)`` in order,
+    the last fastest), which is decomposed into each axis's position. A one-axis group is
+    the field itself. E.g. a column reduction's ``{_row}`` (the axes before the reduced one),
+    ``{_red}`` (the reduced axis) and ``{_col}`` (the axes after it).
+
+    Raises (from the returned function):
+        KeyError: an axis in no group.
+    """
+    table: dict[str, str] = {}
+    for field, axes in groups:
+        sizes = [s for _, s in axes]
+        for t, (axis, size) in enumerate(axes):
+            stride = math.prod(sizes[t + 1:])
+            text = "{" + field + "}"
+            if stride != 1:
+                text = f"({text} // {stride})"
+            if t > 0:
+                text = f"({text} % {size})" if stride == 1 else f"({text[1:-1]} % {size})"
+            table[axis] = text
 
     def index(axis: str) -> str:
         return table[axis]
 
     return index
+
+
+def flat_offset(axes: Sequence[tuple[str, int]], index: Callable[[str], str]) -> str:
+    """The row-major element offset, as text over the position fields, of a tensor over
+    ``axes`` (``(axis, size)`` in its own order) at the kernel's current position:
+    ``Σ index(axis) · stride`` (``"0"`` for a scalar).
+
+    Raises:
+        KeyError: an axis ``index`` does not know.
+    """
+    terms, stride = [], 1
+    for axis, size in reversed(axes):
+        pos = index(axis)
+        terms.append(pos if stride == 1 else f"{pos} * {stride}")
+        stride *= size
+    return " + ".join(reversed(terms)) if terms else "0"
+
+
+@dataclass(frozen=True)
+class Gather:
+    """An input a row kernel reads at a computed offset rather than by its own tile: a tensor
+    over some of the kernel's axes in any order (a per-head scale ``S[h]`` in an ``[h, t, d]``
+    kernel, a per-token gate ``G[e, t]`` in an ``[e, t, d]`` one), passed flat.
+
+    Attributes:
+        name: the kernel parameter and the format field the expressions read it through.
+        extent: its number of elements (the flat view ``[extent]``).
+        index: its element offset, an int expression over the kernel's position fields
+            (:func:`flat_offset`).
+        dtype: its element type (float16 / bfloat16 / float32).
+    """
+
+    name: str
+    extent: int
+    index: str
+    dtype: str
+
+
+def check_gathers(gathers: Sequence[Gather], positions: Sequence[str],
+                  check_name: Callable[[str, str], None]) -> None:
+    """Check a kernel's gathered inputs: each a valid input name (``check_name``), a
+    positive extent, a known dtype, and an index over ``positions`` only.
+
+    Raises:
+        LoweringError: naming the input and what is wrong.
+    """
+    for g in gathers:
+        if not isinstance(g, Gather):
+            raise LoweringError(f"a gathered input must be a Gather, got {g!r}")
+        check_name(g.name, "input")
+        if not isinstance(g.extent, int) or g.extent < 1:
+            raise LoweringError(f"gathered input {g.name!r} needs an extent >= 1, got {g.extent!r}")
+        check_dtype(g.dtype, f"input {g.name!r} dtype", float32=True)
+        for f in format_fields(g.index, f"index of {g.name!r}"):
+            if f not in positions:
+                raise LoweringError(f"index {g.index!r} of gathered input {g.name!r} uses "
+                                    f"{{{f}}}, which is none of the positions {list(positions)}")

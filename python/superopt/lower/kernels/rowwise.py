@@ -11,8 +11,9 @@ Two memory-bound kernel shapes that surround the GEMMs in a lowered plan:
 * **elementwise** (:class:`ElementwiseSpec`): ``Out[r, c] = expr(...)`` over a ``[rows,
   cols]`` output, reading full ``[rows, cols]`` tensors, per-row ``[rows]`` vectors and
   per-column ``[cols]`` vectors, and optionally further outputs ``Out1, ...`` of the same
-  shape (e.g. a residual stream and a value computed from it). Example:
-  ``Y = X * rsqrt(ss / d + eps)``.
+  shape (e.g. a residual stream and a value computed from it), and tensors over any other
+  subset of the domain's axes read at a computed offset (:class:`~.row_launch.Gather`: a
+  per-head scale ``S[h]`` in an ``[h, t, d]`` kernel). Example: ``Y = X * rsqrt(ss / d + eps)``.
 
 Callers flatten batch axes into ``rows``. Every size works, including ones that are not a
 multiple of the block: padded columns contribute the reduction's identity (0 for sum,
@@ -45,7 +46,8 @@ from dataclasses import dataclass
 from ...errors import LoweringError
 from ..emit import Lines
 from ..target import HOPPER
-from .row_launch import (COL_FIELD, ROW_FIELD, check_elements, check_grid, fold_grid)
+from .row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, check_gathers, check_grid,
+                         fold_grid)
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div, check_padded
 
@@ -103,6 +105,8 @@ class ElementwiseSpec:
         out_dtype: Out element type.
         name: Python identifier; the builder is ``build_<name>``.
         more_outputs: ``(expr, dtype)`` of each further ``[rows, cols]`` output ``Out1, ...``.
+        gathers: inputs read at a computed offset (over ``{_row}`` and ``{_col}``), after
+            ``inputs`` in the parameter order, each through the field ``{name}``.
     """
 
     rows: int
@@ -112,6 +116,7 @@ class ElementwiseSpec:
     out_dtype: str = "float16"
     name: str = "elementwise"
     more_outputs: tuple[tuple[str, str], ...] = ()
+    gathers: tuple[Gather, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -325,7 +330,7 @@ def _check_elementwise(spec: ElementwiseSpec) -> None:
     check_elements(spec.rows, spec.cols, "elementwise output")
     check_dtype(spec.out_dtype, "out_dtype", float32=True)
     check_name(spec.name, "kernel name")
-    names = [n for n, _, _ in spec.inputs]
+    names = [n for n, _, _ in spec.inputs] + [g.name for g in spec.gathers]
     if len(set(names)) != len(names):
         raise LoweringError(f"duplicate input names {names}")
     for n, kind, dt in spec.inputs:
@@ -333,6 +338,7 @@ def _check_elementwise(spec: ElementwiseSpec) -> None:
         if kind not in ("full", "row", "col"):
             raise LoweringError(f"input {n!r} kind must be full, row or col, got {kind!r}")
         check_dtype(dt, f"input {n!r} dtype", float32=True)
+    check_gathers(spec.gathers, (ROW_FIELD, COL_FIELD), check_name)
     allowed = {*names, ROW_FIELD, COL_FIELD}
     for k, (expr, dt) in enumerate(((spec.expr, spec.out_dtype), *spec.more_outputs)):
         for f in format_fields(expr, "expr"):
@@ -353,7 +359,7 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: the inputs in order (``[rows, cols]``, ``[rows]`` or ``[cols]``
-    by kind, each in its dtype), then ``Out [rows, cols]`` (spec.out_dtype) and ``Out1, ...``
+    by kind, each in its dtype), the gathers (``[extent]``), then ``Out [rows, cols]`` (spec.out_dtype) and ``Out1, ...``
     of ``more_outputs``. Grid: :func:`elementwise_grid`.
 
     Raises:
@@ -375,7 +381,10 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
     row, col = f"{rb} * {br} + i", f"{cb} * {bc} + j"
     at = {"full": f"[{row}, {col}]", "row": f"[{row}]", "col": f"[{col}]"}
     fields = {n: f"T.Cast(\"float32\", {n}{at[kind]})" for n, kind, _ in s.inputs}
-    fields.update({ROW_FIELD: f"({row})", COL_FIELD: f"({col})"})
+    pos = {ROW_FIELD: f"({row})", COL_FIELD: f"({col})"}
+    fields.update({g.name: f"T.Cast(\"float32\", {g.name}[{g.index.format(**pos)}])"
+                   for g in s.gathers})
+    fields.update(pos)
     outs = [("Out", s.expr, s.out_dtype)] + [(f"Out{k}", x, dt)
                                               for k, (x, dt) in enumerate(s.more_outputs, 1)]
     shape = {"full": (s.rows, s.cols), "row": (s.rows,), "col": (s.cols,)}
@@ -397,6 +406,8 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
         with e.indent():
             for n, kind, dt in s.inputs:
                 e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+            for g in s.gathers:
+                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
             for name, _, dt in outs:
                 e(f'{name}: T.Tensor(({s.rows}, {s.cols}), "{dt}"),')
         e("):")

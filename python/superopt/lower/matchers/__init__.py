@@ -17,8 +17,11 @@ gemm           one or two matmuls over the streamed axis sharing their A operand
                or a GEMM chain (back-to-back GEMMs, the intermediate on chip)
 rowfused       a row-fused kernel: per row, its reductions in order, then its outputs
                (softmax, RMSNorm, LayerNorm alone, several outputs)
+colreduce      one reduction over an axis that is not the innermost ([outer, red, inner]),
+               an elementwise prologue and per-output epilogues
 rowreduce      one reduction with an elementwise prologue and per-row epilogue
-elementwise    elementwise nodes over a [rows, cols] domain, inputs full/row/col
+elementwise    elementwise nodes over a [rows, cols] domain, inputs full/row/col or
+               gathered from any subset of its axes
 =============  ======================================================================
 
 Owns: how plan kernels map onto the families' specs, one module per family

@@ -1,8 +1,9 @@
 """Matching plan kernels to the row families: elementwise kernels over a ``[rows, cols]``
-domain (inputs full, per row or per column; one or several outputs of the domain), row
-reductions (one reduction with an elementwise prologue and per-row epilogues) and row-fused
-kernels (a kernel that streams an axis of its own domain: per row, its reductions over that
-axis in order, then its outputs).
+domain (inputs full, per row or per column, or gathered from any other subset of the axes;
+one or several outputs of the domain), row reductions (one reduction with an elementwise
+prologue and per-row epilogues), column reductions (one reduction over an axis that is not
+the innermost: ``[outer, red, inner]``) and row-fused kernels (a kernel that streams an axis
+of its own domain: per row, its reductions over that axis in order, then its outputs).
 
 Every row family views its domain as ``[rows, cols]``: the leading axes flattened into
 ``rows``, the last (the reduced or streamed one) as ``cols``; ``band`` masks render from the
@@ -12,6 +13,7 @@ dtype for a graph output), so a graph that ends in a reduction writes its own dt
 
 Owns: the plan → :class:`~superopt.lower.kernels.rowwise.ElementwiseSpec` /
 :class:`~superopt.lower.kernels.rowwise.RowReduceSpec` /
+:class:`~superopt.lower.kernels.colreduce.ColReduceSpec` /
 :class:`~superopt.lower.kernels.rowfused_spec.RowFusedSpec` mapping. Must not import other
 families' matchers or anything that runs.
 """
@@ -23,7 +25,9 @@ from ...errors import LoweringError
 from ...ir.dag import Graph, NodeId
 from ..expr import render
 from ..lowering import KernelLowering, axes_prod, kernel_outputs, storage_dtype, tensor_name
-from ..kernels.row_launch import check_elements, position_index
+from ..kernels.colreduce import RED_FIELD, ColReduceSpec
+from ..kernels.row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, flat_offset,
+                                 grouped_position_index, position_index)
 from ..kernels.rowfused_spec import OnlinePair, RowFusedSpec, RowStep
 from ..kernels.rowwise import ElementwiseSpec, RowReduceSpec
 
@@ -55,24 +59,43 @@ def match_elementwise(plan: Plan, k: int, dtype: str) -> KernelLowering:
     rows_axes, col = (dom[:-1], dom[-1:]) if dom else ((), ())
     rows, cols = axes_prod(g, rows_axes), axes_prod(g, col)
     _check_extent(rows, cols, k)
-    env, inputs, params = {}, [], []
+    index = _index(g, rows_axes, col[0] if col else None)
+    env, inputs, params, gathers, gathered = {}, [], [], [], []
     for a in plan.external_args(k):
         axes = g.nodes[a].axes
         kind = ("full" if axes == dom else "row" if axes == rows_axes and rows_axes else
                 "col" if axes == col and col else None)
-        if kind is None:
-            raise LoweringError(f"kernel {k} reads node {a} with axes {list(axes)}, which is "
-                                f"neither full, row nor column of {list(dom)}", path=f"kernels[{k}]")
         env[a] = _field(a)
+        if kind is None:
+            gathers.append(_gather(plan, a, index, dtype, dom, k))
+            gathered.append((a, (gathers[-1].extent,)))
+            continue
         inputs.append((tensor_name(a), kind, storage_dtype(plan, a, dtype)))
         params.append((a, {"full": (rows, cols), "row": (rows,), "col": (cols,)}[kind]))
-    index = _index(g, rows_axes, col[0] if col else None)
     exprs = [(render(g, o, env, index), storage_dtype(plan, o, dtype)) for o in outs]
     spec = ElementwiseSpec(rows, cols, tuple(inputs), exprs[0][0], exprs[0][1],
-                           name=f"k{k}_elementwise", more_outputs=tuple(exprs[1:]))
+                           name=f"k{k}_elementwise", more_outputs=tuple(exprs[1:]),
+                           gathers=tuple(gathers))
     views = [(o, (rows, cols)) for o in outs]
-    return KernelLowering(k, "elementwise", spec, tuple(params), outs[0], (rows, cols),
-                          more_outputs=tuple(views[1:]))
+    return KernelLowering(k, "elementwise", spec, tuple(params + gathered), outs[0],
+                          (rows, cols), more_outputs=tuple(views[1:]))
+
+
+def _gather(plan: Plan, node: NodeId, index, dtype: str, dom: tuple, k: int) -> Gather:
+    """Input ``node`` of kernel ``k`` read at its flat offset: its axes are some of the
+    kernel's domain ``dom``, in any order (a per-head scale ``S[h]`` in ``[h, t, d]``).
+
+    Raises:
+        LoweringError: it has an axis outside the domain.
+    """
+    g = plan.graph
+    axes = g.nodes[node].axes
+    if not set(axes) <= set(dom):
+        raise LoweringError(f"kernel {k} reads node {node} with axes {list(axes)}, which are "
+                            f"not among its domain's {list(dom)}", path=f"kernels[{k}]")
+    return Gather(tensor_name(node), max(axes_prod(g, axes), 1),
+                  flat_offset([(a, g.size(a)) for a in axes], index),
+                  storage_dtype(plan, node, dtype))
 
 
 def match_rowreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
@@ -131,6 +154,69 @@ def _innermost(k: int, node: NodeId, axes: tuple, axis: str) -> str:
             f"its innermost axis; the row families reduce contiguous rows (no strided or "
             f"transposed reads): give the tensor {axis!r} last, as "
             f"[{', '.join(want)}], where it is made")
+
+
+# -- column reductions --------------------------------------------------------------------------
+
+def reduces_a_middle_axis(plan: Plan, k: int) -> bool:
+    """Whether kernel ``k`` is one reduction, over an axis that is not its operand's innermost
+    (what :func:`match_colreduce` expresses), and no matmul."""
+    g = plan.graph
+    ops = [g.nodes[n] for n in plan.kernels[k].nodes]
+    reds = [n for n in ops if n.op == "reduce"]
+    return (len(reds) == 1 and not any(n.op == "matmul" for n in ops)
+            and g.nodes[reds[0].args[0]].axes[-1] != reds[0].axis)
+
+
+def match_colreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
+    """A kernel whose one reduction runs over an axis ``a`` of its operand ``[outer..., a,
+    inner...]`` that is not the innermost: its elementwise prologue over the operand's axes,
+    its epilogues over ``[outer..., inner...]`` (several outputs allowed). Inputs over the
+    operand's axes or the output's are tiles; any other subset of the axes is gathered."""
+    g = plan.graph
+    kern = plan.kernels[k]
+    path = f"kernels[{k}]"
+    reds = [n for n in kern.nodes if g.nodes[n].op == "reduce"]
+    if len(reds) != 1 or any(g.nodes[n].op == "matmul" for n in kern.nodes):
+        raise LoweringError(f"kernel {k} is not a single reduction", path=path)
+    r = reds[0]
+    rn = g.nodes[r]
+    full = g.nodes[rn.args[0]].axes
+    i = full.index(rn.axis)
+    if i == len(full) - 1:
+        raise LoweringError(f"kernel {k} reduces the innermost axis {rn.axis!r}: a row "
+                            "reduction", path=path)
+    outer_axes, inner_axes = full[:i], full[i + 1:]
+    outer, red, inner = axes_prod(g, outer_axes), g.size(rn.axis), axes_prod(g, inner_axes)
+    _check_extent(outer * max(red, 1), inner, k)
+    outs = kernel_outputs(plan, k)
+    for o in outs:
+        if g.nodes[o].axes != rn.axes:
+            raise LoweringError(f"kernel {k} writes node {o} over {list(g.nodes[o].axes)}; a "
+                                f"column reduction writes [{', '.join(rn.axes)}]", path=path)
+    index = grouped_position_index([(ROW_FIELD, [(a, g.size(a)) for a in outer_axes]),
+                                    (RED_FIELD, [(rn.axis, red)]),
+                                    (COL_FIELD, [(a, g.size(a)) for a in inner_axes])])
+    env, inputs, params, gathers, gathered = {}, [], [], [], []
+    for a in plan.external_args(k):
+        axes = g.nodes[a].axes
+        env[a] = _field(a)
+        kind = "full" if axes == full else "out" if axes == rn.axes else None
+        if kind is None:
+            gathers.append(_gather(plan, a, index, dtype, full, k))
+            gathered.append((a, (gathers[-1].extent,)))
+            continue
+        inputs.append((tensor_name(a), kind, storage_dtype(plan, a, dtype)))
+        params.append((a, (outer, red, inner) if kind == "full" else (outer, inner)))
+    pre = render(g, rn.args[0], env, index)
+    posts = [(render(g, o, {**env, r: "{r}"}, index), storage_dtype(plan, o, dtype))
+             for o in outs]
+    spec = ColReduceSpec(outer, red, inner, rn.fn, pre, posts[0][0], tuple(inputs),
+                         tuple(gathers), name=f"k{k}_colreduce", out_dtype=posts[0][1],
+                         more_outputs=tuple(posts[1:]))
+    return KernelLowering(k, "colreduce", spec, tuple(params + gathered), outs[0],
+                          (outer, inner), more_outputs=tuple((o, (outer, inner))
+                                                             for o in outs[1:]))
 
 
 # -- row-fused kernels -------------------------------------------------------------------------

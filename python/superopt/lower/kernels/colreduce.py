@@ -1,0 +1,295 @@
+"""TileLang source generator for column reductions: a reduction over an axis that is not a
+tensor's innermost.
+
+``Out[o, c] = post(reduce_{r < red} pre(X[o, r, c]))`` over a view ``[outer, red, inner]``:
+``outer`` flattens the axes before the reduced one, ``inner`` the axes after it (contiguous
+in memory). Examples: mean pooling over the sequence, ``sum_t X[b, t, d] / t``; a
+mixture-of-experts combine, ``sum_e G[e, t] · Y[e, t, d]``; a max over heads.
+
+The row families cannot express these: they read contiguous rows, and here the reduced
+elements lie ``inner`` elements apart. A column reduction reads the same bytes in the same
+order a copy would: each step of a block loads a ``block_red × block_cols`` tile whose rows
+are contiguous runs of the inner axes, and every thread keeps fp32 partials of the columns
+it loads. One cross-thread reduction over the tile's rows (``T.reduce_* (dim=0)``) ends the
+block, and the threads that own the reduced columns apply ``post`` and store.
+
+Grid: ``(ceil(inner / block_cols), outer)``, folded into x when ``outer`` exceeds grid y's
+65535 (:func:`~.row_launch.fold_grid`). Inputs are ``"full"`` (``[outer, red, inner]``),
+``"out"`` (``[outer, inner]``, what ``post`` and ``pre`` may read per output element) or
+gathered (:class:`~.row_launch.Gather`, any other subset of the axes, read at a computed
+offset). Padded rows of the reduced axis contribute the reduction's identity (0 for sum,
+``-inf`` for max), never ``pre(0)``; padded columns are never stored. Expressions may name
+the position through ``{_row}`` (the flattened outer axes), ``{_red}`` (``pre`` only) and
+``{_col}`` (the flattened inner axes).
+
+Public API: :class:`ColReduceSpec`, :class:`ColConfig`, :func:`colreduce_source`,
+:func:`colreduce_grid`, :func:`colreduce_config_space`, :func:`colreduce_cost`.
+
+Owns: the column-reduction family (spec, configuration space, cost, source). Imports the
+shared checks, :mod:`.row_launch`, the row families' name check and the emitter; no other
+family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import LoweringError
+from ..emit import Lines
+from ..target import HOPPER
+from .row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, check_gathers,
+                         check_grid, fold_grid)
+from .rowwise import check_name
+from .spec_checks import check_dtype, format_fields
+from .tiling import ceil_div, check_padded
+
+#: The format field of the position along the reduced axis (in ``pre`` only).
+RED_FIELD = "_red"
+
+
+@dataclass(frozen=True)
+class ColReduceSpec:
+    """``Out[o, c] = post(reduce_{r < red} pre(o, r, c))``, fp32 math.
+
+    Attributes:
+        outer: the flattened extent of the axes before the reduced one (>= 1).
+        red: the reduced extent (>= 0; 0 gives ``post`` of the identity).
+        inner: the flattened extent of the axes after it (>= 1).
+        reduce: ``"sum"`` or ``"max"``.
+        pre: fp32 expression of one reduced term, over the inputs' fields ``{name}`` and the
+            positions ``{_row}``, ``{_red}``, ``{_col}``.
+        post: fp32 expression of the reduced value ``{r}``, over the ``"out"`` inputs, the
+            gathers that do not read ``{_red}``, and ``{_row}``, ``{_col}``.
+        inputs: ``(name, kind, dtype)``: kind ``"full"`` is ``[outer, red, inner]``,
+            ``"out"`` is ``[outer, inner]``.
+        gathers: inputs read at a computed offset, after ``inputs`` in the parameter order.
+        name: Python identifier; the builder is ``build_<name>``.
+        out_dtype: element type of ``Out [outer, inner]``.
+        more_outputs: ``(post, dtype)`` of each further output ``Out1, ...`` of the same
+            reduced value.
+    """
+
+    outer: int
+    red: int
+    inner: int
+    reduce: str
+    pre: str
+    post: str = "{r}"
+    inputs: tuple[tuple[str, str, str], ...] = ()
+    gathers: tuple[Gather, ...] = ()
+    name: str = "colreduce"
+    out_dtype: str = "float32"
+    more_outputs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ColConfig:
+    """Tile of a column reduction.
+
+    Attributes:
+        block_red: rows of the reduced axis a block loads per step (a power of two).
+        block_cols: inner columns a block owns (a power of two, >= 8).
+        threads: threads per block (128 or 256 in the space; a multiple of 32 up to 1024).
+    """
+
+    block_red: int
+    block_cols: int
+    threads: int
+
+
+def _check_spec(s: ColReduceSpec) -> None:
+    if s.outer < 1 or s.inner < 1 or s.red < 0:
+        raise LoweringError(f"column reduction needs outer, inner >= 1 and red >= 0; got "
+                            f"[{s.outer}, {s.red}, {s.inner}]")
+    check_elements(s.outer * max(s.red, 1), s.inner, "column reduction X")
+    if s.reduce not in ("sum", "max"):
+        raise LoweringError(f"reduce must be 'sum' or 'max', got {s.reduce!r}")
+    check_name(s.name, "kernel name")
+    check_dtype(s.out_dtype, "out_dtype", float32=True)
+    names = [n for n, _, _ in s.inputs] + [g.name for g in s.gathers]
+    if len(set(names)) != len(names) or "r" in names:
+        raise LoweringError(f"input names must be distinct and not r: {names}")
+    for n, kind, dt in s.inputs:
+        check_name(n, "input")
+        if kind not in ("full", "out"):
+            raise LoweringError(f"input {n!r} kind must be full or out, got {kind!r}")
+        check_dtype(dt, f"input {n!r} dtype", float32=True)
+    check_gathers(s.gathers, (ROW_FIELD, RED_FIELD, COL_FIELD), check_name)
+    per_out = {n for n, kind, _ in s.inputs if kind == "out"} | {
+        g.name for g in s.gathers if RED_FIELD not in format_fields(g.index, g.name)}
+    for f in format_fields(s.pre, "pre"):
+        if f not in names and f not in (ROW_FIELD, RED_FIELD, COL_FIELD):
+            raise LoweringError(f"pre {s.pre!r} uses {{{f}}}, which is neither an input "
+                                f"{names} nor a position")
+    for k, (post, dt) in enumerate(((s.post, s.out_dtype), *s.more_outputs)):
+        for f in format_fields(post, "post"):
+            if f != "r" and f not in per_out and f not in (ROW_FIELD, COL_FIELD):
+                raise LoweringError(f"post {post!r} uses {{{f}}}, which is neither {{r}}, an "
+                                    f"input per output element {sorted(per_out)} nor "
+                                    f"{{_row}}/{{_col}}")
+        check_dtype(dt, f"dtype of output {k}", float32=True)
+
+
+def _check_config(c: ColConfig) -> None:
+    if c.threads % 32 or not 32 <= c.threads <= 1024:
+        raise LoweringError(f"threads must be a multiple of 32 in [32, 1024], got {c.threads}")
+    for what, v in (("block_red", c.block_red), ("block_cols", c.block_cols)):
+        if v < 1 or v & (v - 1):
+            raise LoweringError(f"{what} must be a power of two, got {v}")
+    if (c.block_red * c.block_cols) % c.threads:
+        raise LoweringError(f"tile {c.block_red}x{c.block_cols} is not a multiple of "
+                            f"{c.threads} threads")
+
+
+def colreduce_grid(spec: ColReduceSpec, cfg: ColConfig) -> tuple[int, int, int]:
+    """``(column blocks, outer, 1)``, or ``(column blocks * outer, 1, 1)`` when ``outer``
+    exceeds grid y's limit."""
+    ncb = ceil_div(spec.inner, cfg.block_cols)
+    return (ncb * spec.outer, 1, 1) if fold_grid(ncb, spec.outer) else (ncb, spec.outer, 1)
+
+
+def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
+    """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
+
+    Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
+    prim_func parameters: the inputs in order (``[outer, red, inner]`` or ``[outer, inner]``
+    by kind), the gathers (``[extent]``), then ``Out [outer, inner]`` and ``Out1, ...``.
+    Grid: :func:`colreduce_grid`.
+
+    Raises:
+        LoweringError: an invalid spec or config, padding past int32, or a grid beyond the
+            target's limits.
+    """
+    s, c = spec, cfg
+    _check_spec(s)
+    _check_config(c)
+    red_eff = max(s.red, 1)
+    check_padded("column reduction X", ((s.outer, 1), (red_eff, c.block_red),
+                                        (s.inner, c.block_cols)))
+    grid = colreduce_grid(s, c)
+    check_grid(grid, f"column reduction {s.name}")
+    br, bc = c.block_red, c.block_cols
+    ncb = ceil_div(s.inner, bc)
+    folded = fold_grid(ncb, s.outer)
+    if folded:
+        ob, cb = (f"(b // {ncb})", f"(b % {ncb})") if ncb > 1 else ("b", "0")
+    else:
+        ob, cb = "by", "bx"
+    col, rpos = f"{cb} * {bc} + j", f"ko * {br} + i"
+    pos = {ROW_FIELD: f"({ob})", RED_FIELD: f"({rpos})", COL_FIELD: f"({col})"}
+    at = {"full": f"[{ob}, {rpos}, {col}]", "out": f"[{ob}, {col}]"}
+    shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
+    fields = {n: f"T.Cast(\"float32\", {n}{at[kind]})" for n, kind, _ in s.inputs}
+    fields.update({g.name: f"T.Cast(\"float32\", {g.name}[{g.index.format(**pos)}])"
+                   for g in s.gathers})
+    identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
+    pre = s.pre.format(**fields, **pos)
+    guards = [f"{rpos} < {s.red}"] if s.red % br else []
+    if s.inner % bc:
+        guards.append(f"{col} < {s.inner}")
+    term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
+    combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
+    outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", p, dt)
+                                              for k, (p, dt) in enumerate(s.more_outputs, 1)]
+    post_fields = {n: f for n, f in fields.items()}
+    post_fields.update({ROW_FIELD: pos[ROW_FIELD], COL_FIELD: pos[COL_FIELD], "r": "red[j]"})
+
+    e = Lines()
+    e(f"def build_{s.name}():")
+    with e.indent():
+        e(f'"""{s.name}: column {s.reduce} over [{s.outer}, {s.red}, {s.inner}] -> '
+          f'{len(outs)} x [{s.outer}, {s.inner}] {"/".join(dt for _, _, dt in outs)}; tile '
+          f'{br}x{bc}, {c.threads} threads{", grid folded into x" if folded else ""}."""')
+        e()
+        e("@T.prim_func")
+        e(f"def {s.name}(")
+        with e.indent():
+            for n, kind, dt in s.inputs:
+                e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+            for g in s.gathers:
+                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
+            for name, _, dt in outs:
+                e(f'{name}: T.Tensor(({s.outer}, {s.inner}), "{dt}"),')
+        e("):")
+        with e.indent():
+            if folded:
+                e(f"with T.Kernel({grid[0]}, threads={c.threads}) as b:")
+            else:
+                e(f"with T.Kernel({grid[0]}, {grid[1]}, threads={c.threads}) as (bx, by):")
+            with e.indent():
+                e(f'red = T.alloc_fragment(({bc},), "float32")')
+                if s.red > 0:
+                    e(f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
+                    e(f"T.fill(acc, {identity})")
+                    e(f"for ko in T.serial({ceil_div(s.red, br)}):")
+                    with e.indent():
+                        e(f"for i, j in T.Parallel({br}, {bc}):")
+                        with e.indent():
+                            e(f"acc[i, j] = {combine}")
+                    e(f"T.reduce_{s.reduce}(acc, red, dim=0)")
+                else:
+                    e(f"T.fill(red, {identity})")
+                e(f"for j in T.Parallel({bc}):")
+                with e.indent():
+                    if s.inner % bc:
+                        e(f"if {col} < {s.inner}:")
+                        e.indent()
+                    for name, post, dt in outs:
+                        e(f"{name}[{ob}, {col}] = T.Cast(\"{dt}\", "
+                          f"{post.format(**post_fields)})")
+                    if s.inner % bc:
+                        e.dedent()
+        e()
+        e(f"return {s.name}")
+    return e.text()
+
+
+def colreduce_cost(spec: ColReduceSpec, c: ColConfig) -> tuple:
+    """The sort key of :func:`colreduce_config_space` (lower is better): enough blocks to
+    fill the target's SMs twice, then little padding, then 16 elements per thread per step
+    (two 16-byte loads in flight in fp16), then rows of at least 64 columns (128-byte runs),
+    then 256 threads, then smaller tiles."""
+    blocks = ceil_div(spec.inner, c.block_cols) * spec.outer
+    fill = round(min(blocks / (2 * HOPPER.num_sms), 1.0), 1)
+    red = max(spec.red, 1)
+    padded = ceil_div(red, c.block_red) * c.block_red * ceil_div(spec.inner, c.block_cols) \
+        * c.block_cols
+    waste = round(padded / (red * spec.inner), 1)
+    ept = c.block_red * c.block_cols // c.threads
+    return (-fill, waste, abs(ept - 16), c.block_cols < 64, c.threads != 256,
+            c.block_red * c.block_cols)
+
+
+def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[ColConfig]:
+    """Candidate tiles for a column reduction, best first (:func:`colreduce_cost`).
+
+    Candidates give every thread 4 to 32 elements per step, at least 8 columns a row (one
+    16-byte access in fp16) and a tile no more than twice as tall or as wide as the view.
+    Deterministic.
+
+    Raises:
+        LoweringError: no tile whose padded view an int32 index reaches.
+    """
+    red, inner = max(spec.red, 1), spec.inner
+    cands, overflow = [], None
+    for threads in (128, 256):
+        for bc in (8, 16, 32, 64, 128, 256, 512):
+            for br in (1, 2, 4, 8, 16, 32, 64, 128):
+                ept = br * bc // threads
+                if (br * bc) % threads or not 4 <= ept <= 32:
+                    continue
+                if bc > 8 and bc > 2 * inner or br > 1 and br > 2 * red:
+                    continue
+                try:
+                    check_padded(f"the [{spec.outer}, {spec.red}, {inner}] view",
+                                 ((spec.outer, 1), (red, br), (inner, bc)))
+                except LoweringError as e:
+                    overflow = overflow or e
+                    continue
+                cands.append(ColConfig(br, bc, threads))
+    cands.sort(key=lambda c: colreduce_cost(spec, c))
+    if not cands and overflow is not None:
+        raise LoweringError(f"no tile fits: {overflow.message}")
+    if not cands:  # a tiny view: one warp
+        cands = [ColConfig(1, 32, 32)]
+    return cands if limit is None else cands[:limit]
