@@ -281,6 +281,18 @@ def centredBiasMatmulGraph : Except GraphError Graph :=
     let y ← Dsl.add xc bias
     Dsl.matmul y w "d" "d"
 
+/-- `examples/models/mixtral_moe_combine.py` at its default case: the gated sum over the top-k
+axis, a middle axis (a column reduction), plus the residual, which `fuse_epilogue` reads
+from a reduction kernel's registers. -/
+def mixtralMoeCombineGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "mixtral_moe_combine" [("t", 4096), ("k", 2), ("d", 4096)] do
+    let y ← Dsl.input "Y" ["t", "k", "d"]
+    let gate ← Dsl.input "G" ["t", "k"]
+    let x ← Dsl.input "X" ["t", "d"]
+    let yg ← Dsl.mul y gate
+    let s ← Dsl.red .sum "k" yg
+    Dsl.add x s
+
 /-- A registered graph at its reference case, or one of the test graphs above. -/
 def testGraph? (name : String) : Option (Except GraphError Graph) :=
   match workloadByName? name with
@@ -290,6 +302,7 @@ def testGraph? (name : String) : Option (Except GraphError Graph) :=
     else if name == "llama3_mlp" then some llama3MlpGraph
     else if name == "llama3_rmsnorm_qkv" then some llama3RmsnormQkvGraph
     else if name == "centred_bias_matmul" then some centredBiasMatmulGraph
+    else if name == "mixtral_moe_combine" then some mixtralMoeCombineGraph
     else none
 
 /-- Python's fingerprints of the graphs beyond the golden derivation files, printed by
@@ -301,7 +314,8 @@ def modelFingerprints : List (String × Nat × UInt64 × Nat × Nat × UInt64) :
   ("gelu_mlp_chain", 249, 0x3D86663730265F85, 4, 1266, 0x5CBC98D2D64B577E),
   ("llama3_mlp", 330, 0x8120EF57718F4894, 22, 9712, 0x217CD8E57E2C089E),
   ("llama3_rmsnorm_qkv", 352, 0xB3A63BED1F0129AA, 298, 171499, 0xF418567C0F5C35DD),
-  ("centred_bias_matmul", 275, 0x5F4B50EBDF51B8B7, 93, 58818, 0xD893A72B4E455BF4)]
+  ("centred_bias_matmul", 275, 0x5F4B50EBDF51B8B7, 93, 58818, 0xD893A72B4E455BF4),
+  ("mixtral_moe_combine", 218, 0xB7CAAEE06D7766D5, 4, 1170, 0xFE28E04EA9EB11F5)]
 
 /-- Each graph of `modelFingerprints`: Lean builds the same graph bytes and enumerates the same
 derivations as Python (by fingerprint), and the step checker accepts every derivation. -/

@@ -56,6 +56,7 @@ def graphs():
                  "llama3_rmsnorm_qkv"):
         out[name] = load_graph(f"{MODELS / name}.py:{name}")
     out["centred_bias_matmul"] = centred_bias_matmul()
+    out["mixtral_moe_combine"] = load_graph(f"{MODELS}/mixtral_moe_combine.py:mixtral_moe_combine")
     return out
 
 

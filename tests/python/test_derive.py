@@ -262,3 +262,28 @@ def test_gpt2_layernorm_mlp_has_a_two_kernel_plan():
         spec = match.kernels[1].spec
         assert len(spec.col_inputs) == 1 and "T.tanh" in spec.epilogue
         assert "{" + spec.col_inputs[0] + "}" in spec.epilogue
+
+
+def test_lean_fingerprint_table_is_pythons():
+    """``modelFingerprints`` in ``LeanTests/Main.lean`` (what ``lake test`` compares Lean's
+    derivations with) is what ``LeanTests/fingerprints.py`` prints from Python's enumerator
+    now: a rule whose sites change on the Python side changes this table, and Lean's twin
+    must then enumerate the same derivations."""
+    import re
+    import runpy
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "LeanTests" / "Main.lean").read_text(encoding="utf-8")
+    table = re.search(r"def modelFingerprints .*?:= \[(.*?)\]\n", text, re.S)
+    assert table, "modelFingerprints not found in LeanTests/Main.lean"
+    lean = re.findall(r'\("(\w+)", (\d+), 0x([0-9A-F]+), (\d+), (\d+), 0x([0-9A-F]+)\)',
+                      table.group(1))
+    fp = runpy.run_path(str(root / "LeanTests" / "fingerprints.py"))
+    want = []
+    for name, g in fp["graphs"]().items():
+        gbytes = fp["wire"].encode(fp["wire"].graph_to_wire(g))
+        ds = [d.derivation for d in fp["derive_all"](g)]
+        dbytes = fp["wire"].encode(fp["wire"].derivations_response(ds))
+        want.append((name, str(len(gbytes)), f"{fp['byte_hash'](gbytes):016X}", str(len(ds)),
+                     str(len(dbytes)), f"{fp['byte_hash'](dbytes):016X}"))
+    assert lean == want

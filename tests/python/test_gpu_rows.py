@@ -103,6 +103,42 @@ def _row_stats(m, d):
     return b.build()
 
 
+def _softmax_middle(b, h, t):
+    """Softmax over the middle axis of ``[b, h, t]``: column reductions, gathered sums."""
+    bld = DagBuilder("softmax_middle", [("b", b), ("h", h), ("t", t)])
+    x = bld.input("X", ["b", "h", "t"])
+    e = bld.exp(bld.sub(x, bld.red("max", "h", x)))
+    bld.output(bld.div(e, bld.red("sum", "h", e)))
+    return bld.build()
+
+
+def _middle_max(b, h, t):
+    bld = DagBuilder("middle_max", [("b", b), ("h", h), ("t", t)])
+    bld.output(bld.red("max", "h", bld.input("X", ["b", "h", "t"])))
+    return bld.build()
+
+
+def _head_scale(h, t, d):
+    """``X[h, t, d] · S[h] · G[t, h]``: two gathered inputs of an elementwise kernel."""
+    b = DagBuilder("head_scale", [("h", h), ("t", t), ("d", d)])
+    x = b.mul(b.input("X", ["h", "t", "d"]), b.input("S", ["h"]))
+    b.output(b.mul(x, b.input("G", ["t", "h"])))
+    return b.build()
+
+
+def _with_family(graph, family, kernels=None):
+    """The plan with the most fusion steps whose families include ``family`` (and has
+    ``kernels`` kernels, if given)."""
+    ds = [d for d in derive_all(graph) if (kernels is None or len(d.plan.kernels) == kernels)]
+    for d in sorted(ds, key=lambda d: -len(d.derivation.steps)):
+        try:
+            if family in match_plan(d.plan).families:
+                return d.plan
+        except Exception:  # noqa: BLE001 - a plan no family expresses
+            continue
+    raise AssertionError(f"{graph.name}: no plan with a {family} kernel")
+
+
 def _one_kernel(graph, stream):
     nodes = tuple(i for i in sorted(graph.live_nodes())
                   if graph.nodes[i].op not in ("input", "size", "eps", "const", "band"))
@@ -140,8 +176,10 @@ class Build:
 
 def _builds() -> list[Build]:
     from layernorm import layernorm
+    from mixtral_moe_combine import mixtral_moe_combine
     from residual_rmsnorm import residual_rmsnorm
     from rmsnorm import rmsnorm
+    from sentence_mean_pool import sentence_mean_pool
 
     sm = _softmax(1000, 1000)
     ln = layernorm(t=100, d=768)
@@ -260,6 +298,40 @@ def _builds() -> list[Build]:
                    if any(kl.more_outputs and kl.family == "elementwise"
                           for kl in match_plan(d.plan).kernels)),
               family="elementwise", inputs={"gamma": (1.0, 0.1)}),
+        # column reductions (a reduction over an axis that is not the innermost): masked mean
+        # pooling (weights near 1), the MoE combine with its gate gathered and the residual
+        # in the epilogue (one kernel), a max (exact), softmax over the middle axis, ragged
+        # and tall tiles, an empty reduced axis, outer rows beyond grid y (folded)
+        Build("colreduce-mean-pool", sentence_mean_pool(b=3, t=1000, d=300),
+              _with_family(sentence_mean_pool(b=3, t=1000, d=300), "colreduce"),
+              family="colreduce", inputs={"M": (1.0, 0.1)}),
+        Build("colreduce-mean-pool-bf16", sentence_mean_pool(b=3, t=1000, d=300),
+              _with_family(sentence_mean_pool(b=3, t=1000, d=300), "colreduce"),
+              dtype="bfloat16", family="colreduce", inputs={"M": (1.0, 0.1)}),
+        Build("colreduce-moe-combine", mixtral_moe_combine(t=1000, k=2, d=300),
+              _with_family(mixtral_moe_combine(t=1000, k=2, d=300), "colreduce", kernels=1),
+              family="colreduce"),
+        Build("colreduce-moe-combine-top8-bf16", mixtral_moe_combine(t=77, k=8, d=4096),
+              _with_family(mixtral_moe_combine(t=77, k=8, d=4096), "colreduce", kernels=1),
+              dtype="bfloat16", family="colreduce"),
+        Build("colreduce-moe-combine-tall-tile", mixtral_moe_combine(t=50, k=300, d=100),
+              _with_family(mixtral_moe_combine(t=50, k=300, d=100), "colreduce", kernels=1),
+              config={"k0.block_red": 128, "k0.block_cols": 32, "k0.threads": 128},
+              family="colreduce"),
+        Build("colreduce-moe-combine-empty", mixtral_moe_combine(t=5, k=0, d=16),
+              _with_family(mixtral_moe_combine(t=5, k=0, d=16), "colreduce", kernels=1),
+              family="colreduce", exact=True),
+        Build("colreduce-folded-grid", mixtral_moe_combine(t=70_000, k=3, d=8),
+              _with_family(mixtral_moe_combine(t=70_000, k=3, d=8), "colreduce", kernels=1),
+              family="colreduce"),
+        Build("colreduce-max-exact", _middle_max(4, 37, 300),
+              _literal(_middle_max(4, 37, 300)), family="colreduce", exact=True),
+        Build("colreduce-softmax-middle", _softmax_middle(3, 37, 300),
+              _with_family(_softmax_middle(3, 37, 300), "colreduce"), family="colreduce"),
+        # gathered inputs of an elementwise kernel: fp16 products are exact in fp32
+        Build("gather-head-scale", _head_scale(5, 37, 100),
+              _with_family(_head_scale(5, 37, 100), "elementwise", kernels=1),
+              family="elementwise"),
     ]
     for op in sorted(UNARY):
         g = _unary(op, 33, 100)

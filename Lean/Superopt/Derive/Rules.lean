@@ -586,9 +586,10 @@ def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
 
 /-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` (not
 elementwise only) over the same domain, its reads being `p`'s fragments (outside `p`'s
-streamed loop), row vectors and, when `p` is a GEMM kernel (a matmul, not online), column
-vectors (axes exactly the domain's last axis: the bias of `X @ W + b`) and tensors over the
-whole domain (the residual of `X + H @ W`). -/
+streamed loop), row vectors and, when `p` writes each output element once from registers
+(neither online nor row-fused: a GEMM, a reduction), column vectors (axes exactly the
+domain's last axis: the bias of `X @ W + b`) and tensors over the whole domain (the residual
+of `X + H @ W` or of `X + Σ_k G·Y`). -/
 def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for c in [0:p.kernels.size] do
@@ -602,11 +603,12 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
       let kp := p.kernel pk
       -- elementwise into elementwise is `fuse_elementwise` (the whole region at once)
       if p.domain pk != dom || elementwiseOnly p pk then continue
-      -- a GEMM kernel: a matmul, not online (its epilogue may read column vectors)
-      let hasMatmul : Bool := kp.nodes.any fun n => match p.node n with
-        | .matmul _ _ _ _ => true
-        | _ => false
-      let gemm : Bool := hasMatmul && !kp.online
+      -- neither online nor row-fused (streaming an axis of its own domain): each output
+      -- element leaves registers once, so its epilogue may read column vectors and residuals
+      let rowFused : Bool := match kp.stream with
+        | some st => dom.contains st
+        | none => false
+      let tile : Bool := !kp.online && !rowFused
       let mut ok := true
       for a in ext do
         let fromP : Bool := p.owner a == some pk
@@ -614,10 +616,11 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
         let inLoop : Bool := match kp.stream with
           | some st => (p.axesOf a).contains st
           | none => false
-        -- from elsewhere: a row vector of the domain, or a GEMM's column vector or residual
+        -- from elsewhere: a row vector of the domain, or (from registers) a column vector
+        -- or a residual
         let rowVector : Bool := (p.axesOf a).all (fun x => rowAxes.contains x)
-        let colVector : Bool := gemm && p.axesOf a == colAxes
-        let residual : Bool := gemm && p.axesOf a == dom
+        let colVector : Bool := tile && p.axesOf a == colAxes
+        let residual : Bool := tile && p.axesOf a == dom
         if (fromP && inLoop) || (!fromP && !rowVector && !colVector && !residual) then
           ok := false
       if ok && (epiloguePosition p pk c).isSome then

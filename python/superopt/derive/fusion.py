@@ -80,9 +80,10 @@ def epilogue_position(plan: Plan, p: int, c: int) -> int | None:
 def fuse_epilogue_sites(plan: Plan) -> list[Site]:
     """Sites ``(p, c)``: an elementwise kernel ``c`` reading kernel ``p`` (not elementwise
     only) over the same domain, its reads being ``p``'s fragments (outside ``p``'s streamed
-    loop), row vectors (axes within the domain minus its last axis) and, when ``p`` is a
-    GEMM kernel (a matmul, not online), column vectors (axes exactly ``[last axis]``: the
-    bias of ``X @ W + b``) and tensors of the whole domain (the residual of ``X + H @ W``,
+    loop), row vectors (axes within the domain minus its last axis) and, when ``p`` writes
+    each output element once from registers (neither online nor row-fused: a GEMM, a
+    reduction), column vectors (axes exactly ``[last axis]``: the bias of ``X @ W + b``)
+    and tensors of the whole domain (the residual of ``X + H @ W`` or of ``X + Σ_k G·Y``,
     read once per output element), in a valid position (:func:`epilogue_position`)."""
     g, out = plan.graph, []
     for c in range(len(plan.kernels)):
@@ -94,16 +95,16 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
             kp = plan.kernels[p]
             if plan.domain(p) != dom or elementwise_only(plan, p):
                 continue  # elementwise into elementwise: fuse_elementwise, the whole region
-            gemm = not kp.online and any(g.nodes[n].op == "matmul" for n in kp.nodes)
+            tile = not kp.online and not (kp.stream is not None and kp.stream in dom)
             ok = True
             for a in ext:
                 if plan.owner(a) == p:
                     if kp.stream is not None and kp.stream in g.nodes[a].axes:
                         ok = False  # a value inside p's streamed loop, not an epilogue value
                 elif not (set(g.nodes[a].axes) <= set(dom[:-1])
-                          or (gemm and tuple(g.nodes[a].axes) in (tuple(dom[-1:]), tuple(dom)))):
-                    ok = False  # epilogues read p's fragments, row vectors, a GEMM's
-                    # columns and residuals
+                          or (tile and tuple(g.nodes[a].axes) in (tuple(dom[-1:]), tuple(dom)))):
+                    ok = False  # epilogues read p's fragments, row vectors, and (from
+                    # registers) columns and residuals
             if ok and epilogue_position(plan, p, c) is not None:
                 out.append((p, c))
     return out

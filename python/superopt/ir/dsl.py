@@ -36,10 +36,10 @@ MAX = "max"
 
 class AxisOrderWarning(UserWarning):
     """A binary op whose first operand has a strict subset of the second's axes: its result
-    takes the first operand's axes first (``bias[n] + Y[t, n]`` is ``[n, t]``), and no kernel
-    family reads or writes a tensor in another order than its axes', so plans through such a
-    node do not lower (output or intermediate: ``sum_d(g[d] * x[t, d])`` and
-    ``x * exp(g + x)`` had no lowerable plan). The graph is valid and means what it says; the
+    takes the first operand's axes first (``bias[n] + Y[t, n]`` is ``[n, t]``), so a kernel
+    computing it reads the larger operand transposed, element by element at computed offsets
+    (a gathered input: uncoalesced, several times slower than a tile read), and such a node
+    is never fused with a GEMM's tiles. The graph is valid and means what it says; the
     warning names the node and the rewrite that keeps the larger operand's order."""
 
 
@@ -212,10 +212,9 @@ class DagBuilder:
                        node.op, "write the larger operand first")
             warnings.warn(AxisOrderWarning(
                 f"nodes[{i}]: {node.op} of axes {list(xa)} and {list(ya)} orders its result "
-                f"{list(node.axes)} (the first operand's axes lead); no kernel family reads or "
-                f"writes a tensor in another order than its axes', so plans through this node "
-                f"do not lower ('superopt derive' lists what does); {fix} to keep "
-                f"{list(ya)}"), stacklevel=4)
+                f"{list(node.axes)} (the first operand's axes lead), so its kernel reads the "
+                f"{list(ya)} operand transposed, element by element (uncoalesced); {fix} to "
+                f"keep {list(ya)}"), stacklevel=4)
 
     def _warn_broadcast(self, i: NodeId) -> None:
         """:class:`BroadcastWarning` when neither operand of binary node ``i`` has all the

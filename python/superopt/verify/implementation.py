@@ -173,8 +173,14 @@ def _small_graphs() -> dict[str, Graph]:
         h, w = b.input("H", ["m", "d"]), b.input("W", ["d", "n"])
         return b.add(b.input("X", ["m", "n"]), b.matmul(h, w, "d", "d"))
 
+    def combine(b: DagBuilder):  # a reduction over a middle axis with a residual and a bias
+        y, gate = b.input("Y", ["m", "k", "n"]), b.input("G", ["m", "k"])
+        s = b.red("sum", "k", b.mul(y, gate))
+        return b.add(b.add(b.input("X", ["m", "n"]), s), b.input("c", ["n"]))
+
     small = [("m", 2), ("d", 3), ("n", 2)]
     g["residual"] = _graph("residual", small, residual)
+    g["combine"] = _graph("combine", [("m", 2), ("k", 3), ("n", 2)], combine)
     g["layernorm_gemm"] = _graph("layernorm_gemm", small, layernorm_gemm)
     for name, body in (("centred_weight", centred_weight), ("bias_first", bias_first),
                        ("gain_first", gain_first), ("gain_second", gain_second)):

@@ -73,6 +73,9 @@ class RowReduceSpec:
         out_dtype: element type of ``Out`` (a storage dtype or float32).
         row_dtypes: element type of each row input, in order (empty: all float32).
         more_outputs: ``(post, dtype)`` of each further per-row output ``Out1, Out2, ...``.
+        gathers: inputs over other subsets of the axes, read at a computed offset (over
+            ``{_row}`` and, in ``pre`` only, ``{_col}``), after the row inputs in the
+            parameter order.
     """
 
     rows: int
@@ -86,6 +89,7 @@ class RowReduceSpec:
     out_dtype: str = "float32"
     row_dtypes: tuple[str, ...] = ()
     more_outputs: tuple[tuple[str, str], ...] = ()
+    gathers: tuple[Gather, ...] = ()
 
     def row_input_dtypes(self) -> tuple[str, ...]:
         """The element type of each row input (float32 where ``row_dtypes`` is empty)."""
@@ -216,13 +220,20 @@ def _check_rowreduce(spec: RowReduceSpec) -> None:
                             "row inputs")
     for r, dt in zip(spec.row_inputs, spec.row_input_dtypes()):
         check_dtype(dt, f"row input {r!r} dtype", float32=True)
-    posts = [("post" if k == 0 else f"post of Out{k}", post, "r", (ROW_FIELD,))
+    check_gathers(spec.gathers, (ROW_FIELD, COL_FIELD), check_name)
+    names = [*spec.row_inputs, *(g.name for g in spec.gathers)]
+    if len(set(names)) != len(names) or {"x", "r"} & set(names):
+        raise LoweringError(f"input names must be distinct and not x or r: {names}")
+    per_row = [*spec.row_inputs, *(g.name for g in spec.gathers
+                                   if COL_FIELD not in format_fields(g.index, g.name))]
+    posts = [("post" if k == 0 else f"post of Out{k}", post, "r", (ROW_FIELD,), per_row)
              for k, (post, _) in enumerate(((spec.post, spec.out_dtype), *spec.more_outputs))]
-    for what, expr, own, pos in [("pre", spec.pre, "x", (ROW_FIELD, COL_FIELD)), *posts]:
+    for what, expr, own, pos, ins in [("pre", spec.pre, "x", (ROW_FIELD, COL_FIELD), names),
+                                      *posts]:
         for f in format_fields(expr, what):
-            if f != own and f not in pos and f not in spec.row_inputs:
+            if f != own and f not in pos and f not in ins:
                 raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is neither {{{own}}}, "
-                                    f"a position {pos} nor a row input {spec.row_inputs}")
+                                    f"a position {pos} nor an input {ins}")
     for k, (_, dt) in enumerate(spec.more_outputs, 1):
         check_dtype(dt, f"dtype of output {k}", float32=True)
 
@@ -237,7 +248,7 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: ``X [rows, cols]`` (spec.dtype), one ``[rows]`` per row input (in
-    order, each in its dtype), ``Out [rows]`` (spec.out_dtype), then ``Out1, ...`` of
+    order, each in its dtype), one ``[extent]`` per gather, ``Out [rows]`` (spec.out_dtype), then ``Out1, ...`` of
     ``more_outputs``. Grid: :func:`rowreduce_grid`.
 
     Raises:
@@ -257,9 +268,13 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
     row = f"bx * {br} + i"
     rin = {r: f"T.Cast(\"float32\", {r}_s[i])" for r in s.row_inputs}
     pos = {ROW_FIELD: f"({row})", COL_FIELD: f"(ko * {bc} + j)"}
+    row_pos = {ROW_FIELD: f"({row})"}
+    gat = {g.name: f"T.Cast(\"float32\", {g.name}[{g.index.format(**pos)}])" for g in s.gathers}
+    post_gat = {g.name: f"T.Cast(\"float32\", {g.name}[{g.index.format(**row_pos)}])"
+                for g in s.gathers if COL_FIELD not in format_fields(g.index, g.name)}
     identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
     x_at = f"T.Cast(\"float32\", X[{row}, ko * {bc} + j])"
-    pre = s.pre.format(x=f"({x_at})", **rin, **pos)
+    pre = s.pre.format(x=f"({x_at})", **rin, **gat, **pos)
     guards = []
     if s.cols % bc:
         guards.append(f"ko * {bc} + j < {s.cols}")
@@ -269,7 +284,6 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
     combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
     outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", p, dt)
                                               for k, (p, dt) in enumerate(s.more_outputs, 1)]
-    row_pos = {ROW_FIELD: f"({row})"}
 
     e = Lines()
     e(f"def build_{s.name}():")
@@ -284,6 +298,8 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
             e(f'X: T.Tensor(({s.rows}, {s.cols}), "{s.dtype}"),')
             for r, dt in zip(s.row_inputs, s.row_input_dtypes()):
                 e(f'{r}: T.Tensor(({s.rows},), "{dt}"),')
+            for g in s.gathers:
+                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
             for name, _, dt in outs:
                 e(f'{name}: T.Tensor(({s.rows},), "{dt}"),')
         e("):")
@@ -310,7 +326,7 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
                 e(f"for i in T.Parallel({br}):")
                 with e.indent():
                     stores = [f"{name}[{row}] = T.Cast(\"{dt}\", "
-                              f"{post.format(r='red[i]', **rin, **row_pos)})"
+                              f"{post.format(r='red[i]', **rin, **post_gat, **row_pos)})"
                               for name, post, dt in outs]
                     if s.rows % br:
                         e(f"if {row} < {s.rows}:")

@@ -113,7 +113,8 @@ def match_rowreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
     full = dom + (rn.axis,)
     rows, cols = axes_prod(g, dom), g.size(rn.axis)
     _check_extent(rows, cols, k)
-    env, row_inputs, params, x = {}, [], [], None
+    index = _index(g, dom, rn.axis)
+    env, row_inputs, params, x, gathers, gathered = {}, [], [], None, [], []
     for a in plan.external_args(k):
         axes = g.nodes[a].axes
         if axes == full and x is None:
@@ -122,17 +123,15 @@ def match_rowreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
         elif axes == dom:
             env[a] = _field(a)
             row_inputs.append(a)
-        elif set(axes) == set(full) and x is None:
-            raise LoweringError(_innermost(k, a, axes, rn.axis), path=f"kernels[{k}]")
         else:
-            raise LoweringError(f"kernel {k} reads node {a} with axes {list(axes)}; a row "
-                                f"reduction reads one [{', '.join(full)}] tensor and row vectors",
-                                path=f"kernels[{k}]")
+            env[a] = _field(a)
+            gathers.append(_gather(plan, a, index, dtype, full, k))
+            gathered.append((a, (gathers[-1].extent,)))
     if x is None:
         raise LoweringError(f"kernel {k} reduces no [{', '.join(full)}] tensor", path=f"kernels[{k}]")
-    index = _index(g, dom, rn.axis)
     pre = render(g, rn.args[0], env, index)
-    post_env = {**{a: env[a] for a in row_inputs}, r: "{r}"}
+    post_env = {**{a: env[a] for a in row_inputs}, **{a: env[a] for a, _ in gathered},
+                r: "{r}"}
     posts = [(render(g, o, post_env, index) if o != r else "{r}", storage_dtype(plan, o, dtype))
              for o in outs]
     spec = RowReduceSpec(rows, cols, rn.fn, pre, posts[0][0],
@@ -140,20 +139,10 @@ def match_rowreduce(plan: Plan, k: int, dtype: str) -> KernelLowering:
                          storage_dtype(plan, x, dtype), name=f"k{k}_rowreduce",
                          out_dtype=posts[0][1],
                          row_dtypes=tuple(storage_dtype(plan, a, dtype) for a in row_inputs),
-                         more_outputs=tuple(posts[1:]))
-    params = [(x, (rows, cols))] + [(a, (rows,)) for a in row_inputs]
+                         more_outputs=tuple(posts[1:]), gathers=tuple(gathers))
+    params = [(x, (rows, cols))] + [(a, (rows,)) for a in row_inputs] + gathered
     return KernelLowering(k, "rowreduce", spec, tuple(params), outs[0], (rows,),
                           more_outputs=tuple((o, (rows,)) for o in outs[1:]))
-
-
-def _innermost(k: int, node: NodeId, axes: tuple, axis: str) -> str:
-    """Why a reduction over ``axis`` of ``node`` (axes ``axes``) does not lower when ``axis``
-    is not the innermost: the row families read contiguous rows."""
-    want = [x for x in axes if x != axis] + [axis]
-    return (f"kernel {k} reduces node {node} [{', '.join(axes)}] over {axis!r}, which is not "
-            f"its innermost axis; the row families reduce contiguous rows (no strided or "
-            f"transposed reads): give the tensor {axis!r} last, as "
-            f"[{', '.join(want)}], where it is made")
 
 
 # -- column reductions --------------------------------------------------------------------------
