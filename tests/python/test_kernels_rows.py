@@ -341,6 +341,21 @@ def test_position_index_decomposes_the_flattened_row():
     assert position_index([("m", 9)], None)("m") == "{_row}"
 
 
+def test_grouped_positions_and_flat_offsets_address_every_element():
+    """A column reduction's three position fields decompose into each axis's position, and
+    a gathered input's flat offset is its row-major element index, in its own axis order."""
+    sizes = {"b": 2, "t": 3, "h": 4, "d": 5}
+    idx = grouped_position_index([("_row", [("b", 2)]), ("_red", [("t", 3)]),
+                                  ("_col", [("h", 4), ("d", 5)])])
+    shape = (4, 2, 3)  # a tensor over [h, b, t], gathered
+    text = flat_offset([(a, sizes[a]) for a in ("h", "b", "t")], idx)
+    for b_, t, h, d in np.ndindex(2, 3, 4, 5):
+        pos = {"_row": b_, "_red": t, "_col": h * 5 + d}
+        got = eval(text.format(**pos))  # noqa: S307 - our text
+        assert got == np.ravel_multi_index((h, b_, t), shape)
+    assert flat_offset([], idx) == "0"
+
+
 def test_check_grid_and_elements_are_typed():
     check_grid((2 ** 31 - 1, 65535, 65535), "ok")
     for bad in ((2 ** 31, 1, 1), (1, 65536, 1), (1, 1, 65536), (0, 1, 1)):
