@@ -13,9 +13,12 @@
   :mod:`.gemm_chain`; the GEMM grid and epilogue text helpers: :mod:`.gemm_grid`,
   :mod:`.gemm_expr`. Attention's block-level pieces (masks, GQA, split-KV combine):
   :mod:`.attention_blocks`.
+* Column reductions (a reduction over an axis that is not the innermost, ``[outer, red,
+  inner]``): :mod:`.colreduce`.
 * Row reductions and elementwise kernels: :mod:`.rowwise`; row-fused kernels (softmax,
   RMSNorm, LayerNorm in one pass over each row): :mod:`.rowfused_spec` (spec, config, cost,
-  space), :mod:`.rowfused` (the source); the row families' grid limits: :mod:`.row_launch`.
+  space), :mod:`.rowfused` (the source); the row families' grid limits, positions and
+  gathered inputs: :mod:`.row_launch`.
 * Shared by all: :mod:`.spec_checks` (identifiers, format fields, dtypes), :mod:`.tiling`
   (``ceil_div``, ``round_up``); every family writes its text with
   :class:`superopt.lower.emit.Lines`.
