@@ -126,11 +126,20 @@ def _head_scale(h, t, d):
     return b.build()
 
 
+def _head_weighted_sum(b, h, t):
+    """``Σ_t X[b, h, t] · w[h] + c[h]``: a row reduction gathering a per-head weight in its
+    prologue and a per-head bias in its epilogue."""
+    bld = DagBuilder("head_weighted_sum", [("b", b), ("h", h), ("t", t)])
+    x = bld.mul(bld.input("X", ["b", "h", "t"]), bld.input("w", ["h"]))
+    bld.output(bld.add(bld.red("sum", "t", x), bld.input("c", ["h"])))
+    return bld.build()
+
+
 def _with_family(graph, family, kernels=None):
-    """The plan with the most fusion steps whose families include ``family`` (and has
-    ``kernels`` kernels, if given)."""
+    """The plan with the fewest kernels (then the most steps) whose families include
+    ``family`` (and has ``kernels`` kernels, if given)."""
     ds = [d for d in derive_all(graph) if (kernels is None or len(d.plan.kernels) == kernels)]
-    for d in sorted(ds, key=lambda d: -len(d.derivation.steps)):
+    for d in sorted(ds, key=lambda d: (len(d.plan.kernels), -len(d.derivation.steps))):
         try:
             if family in match_plan(d.plan).families:
                 return d.plan
@@ -332,6 +341,9 @@ def _builds() -> list[Build]:
         Build("gather-head-scale", _head_scale(5, 37, 100),
               _with_family(_head_scale(5, 37, 100), "elementwise", kernels=1),
               family="elementwise"),
+        Build("gather-rowreduce-head-bias", _head_weighted_sum(3, 37, 300),
+              _with_family(_head_weighted_sum(3, 37, 300), "rowreduce", kernels=1),
+              family="rowreduce"),
     ]
     for op in sorted(UNARY):
         g = _unary(op, 33, 100)

@@ -1480,3 +1480,18 @@ def test_gathered_inputs_of_an_elementwise_kernel(tmp_path):
     cuda = tl.lower_to_cuda(prim)
     assert re.search(r"\*\(uint[24]\*\)\(v\d+_local_cast\w* \+ 0\) = \*\(uint[24]\*\)\(v\d+ \+",
                      cuda), cuda  # the [h, t, d] input: vectorised tile loads
+
+
+def test_the_gpu_column_and_gather_builds_lower_to_cuda(tmp_path):
+    """The H200 test's column-reduction and gathered-input builds lower through TileLang to
+    CUDA here (the other builds are lowered by their families' own CPU tests)."""
+    from test_gpu_rows import BUILDS
+
+    builds = [b for b in BUILDS if b.key.startswith(("colreduce", "gather"))]
+    assert len(builds) >= 10
+    for b in builds:
+        match = match_plan(b.plan, b.dtype)
+        assert b.family in match.families, (b.key, match.families)
+        cfg = complete_config(match, b.config) if b.config else config_space(match, limit=1)[0]
+        for name, prim in module_prim_funcs(match, cfg, tmp_path).items():
+            assert "__global__" in tl.lower_to_cuda(prim), (b.key, name)
