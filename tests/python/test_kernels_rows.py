@@ -1495,3 +1495,27 @@ def test_the_gpu_column_and_gather_builds_lower_to_cuda(tmp_path):
         cfg = complete_config(match, b.config) if b.config else config_space(match, limit=1)[0]
         for name, prim in module_prim_funcs(match, cfg, tmp_path).items():
             assert "__global__" in tl.lower_to_cuda(prim), (b.key, name)
+
+
+def test_a_kernel_with_only_empty_outputs_is_not_built_but_its_tensor_is(tmp_path):
+    """The Mixtral combine at top_k = 0: the plan that writes ``G · Y`` ([t, 0, d], empty)
+    before the column reduction lowers; the empty kernel is neither built nor launched (its
+    family refuses an empty view), its intermediate is still allocated for the reader, and
+    the reduction writes the residual alone."""
+    from mixtral_moe_combine import mixtral_moe_combine
+
+    g = mixtral_moe_combine(t=5, k=0, d=16)
+    seen = 0
+    for d in derive_all(g):
+        match = match_plan(d.plan)
+        cfg = config_space(match, limit=1)[0]
+        mod = lower_plan(match, cfg, directory=tmp_path)
+        text = Path(mod.path).read_text()
+        for kl in match.kernels:
+            empty = not any(math.prod(view) for _, view in kl.outputs)
+            assert (f"build_{kl.spec.name}()" in text) is not empty, (d.derivation.id, kl.family)
+            if empty:
+                seen += 1
+                for nid, view in kl.outputs:
+                    assert f"t{nid} = torch.empty({view!r}" in text
+    assert seen >= 1
