@@ -135,6 +135,13 @@ def _head_weighted_sum(b, h, t):
     return bld.build()
 
 
+def _colsum(n, d):
+    """``Σ_n X[n, d]``: a reduction over the first axis (a bias gradient's shape)."""
+    bld = DagBuilder("colsum", [("n", n), ("d", d)])
+    bld.output(bld.red("sum", "n", bld.input("X", ["n", "d"])))
+    return bld.build()
+
+
 def _with_family(graph, family, kernels=None):
     """The plan with the fewest kernels (then the most steps) whose families include
     ``family`` (and has ``kernels`` kernels, if given)."""
@@ -333,6 +340,16 @@ def _builds() -> list[Build]:
         Build("colreduce-empty-intermediate", mixtral_moe_combine(t=5, k=0, d=16),
               _with_family(mixtral_moe_combine(t=5, k=0, d=16), "colreduce", kernels=2),
               family="colreduce", exact=True),
+        # split along the reduced axis (partials in fp32 scratch, then the combine): a tall
+        # narrow column sum (the best configuration splits), and the MoE combine split 4 ways
+        # over 640 rows in tiles of 64 (the last split runs past the end: guarded)
+        Build("colreduce-split-tall", _colsum(100_000, 64), _literal(_colsum(100_000, 64)),
+              family="colreduce"),
+        Build("colreduce-split-moe-bf16", mixtral_moe_combine(t=3, k=640, d=20),
+              _with_family(mixtral_moe_combine(t=3, k=640, d=20), "colreduce", kernels=1),
+              dtype="bfloat16", family="colreduce",
+              config={"k0.block_red": 64, "k0.block_cols": 16, "k0.threads": 128,
+                      "k0.splits": 4}),
         Build("colreduce-folded-grid", mixtral_moe_combine(t=70_000, k=3, d=8),
               _with_family(mixtral_moe_combine(t=70_000, k=3, d=8), "colreduce", kernels=1),
               family="colreduce"),

@@ -1413,9 +1413,15 @@ def test_column_space_prefers_full_sms_then_sixteen_elements_a_thread():
     blocks = -(-4096 // best.block_cols) * 8
     assert blocks >= 2 * HOPPER.num_sms
     assert best.block_red * best.block_cols // best.threads == 16
-    # one outer row of 4096 columns: narrower tiles to reach the SMs
-    one = colreduce_config_space(_col_spec(1, 4096, 4096))[0]
-    assert -(-4096 // one.block_cols) >= HOPPER.num_sms
+    assert best.splits == 1  # its columns fill the SMs: no split, no partials round trip
+    # one outer row of 4096 columns, and a tall narrow column sum ([2^20, 64], the hostile
+    # pass's one-block grid): split along the reduced axis until the blocks fill the SMs,
+    # with rows of whole 32-byte sectors
+    for outer, red, inner in ((1, 4096, 4096), (1, 2 ** 20, 64)):
+        c = colreduce_config_space(_col_spec(outer, red, inner))[0]
+        grid = colreduce_grid(_col_spec(outer, red, inner), c)
+        assert c.splits > 1 and math.prod(grid) >= HOPPER.num_sms, c
+        assert c.block_cols * 2 >= 32, c
 
 
 def test_column_reduction_reads_each_element_once_and_guards_ragged_edges(tmp_path):
@@ -1519,3 +1525,81 @@ def test_a_kernel_with_only_empty_outputs_is_not_built_but_its_tensor_is(tmp_pat
                 for nid, view in kl.outputs:
                     assert f"t{nid} = torch.empty({view!r}" in text
     assert seen >= 1
+
+
+def _emulated(g, pick, limit=None):
+    """Every column-reduction kernel of every derivation of ``g``, run from its generated
+    source by the float64 emulator (``tl_emulator.py``) under the configurations ``pick``
+    chooses from its space: (checked, the kernel keys with a split configuration)."""
+    import tl_emulator
+
+    x = {n: np.random.default_rng(3).standard_normal(sh) * 2 for n, sh in g.inputs}
+    checked, split = 0, set()
+    for d in derive_all(g):
+        values = evaluate(d.plan.graph, x, all_nodes=True)
+        try:
+            match = match_plan(d.plan)
+        except LoweringError:
+            continue
+        for kl in match.kernels:
+            if kl.family != "colreduce":
+                continue
+            fam = FAMILIES["colreduce"]
+            for cfg in pick(colreduce_config_space(kl.spec, limit=None))[:limit]:
+                params = [np.asarray(values[n], dtype=np.float64).reshape(v).copy()
+                          for n, v in kl.params]
+                outs = [np.full(v, 12345.0) for _, v in kl.outputs]
+                log = tl_emulator.run_kernel(fam, kl, cfg, params, outs)
+                assert not log.reads and not log.writes, (d.derivation.id, cfg, log.reads[:3],
+                                                          log.writes[:3])
+                for (nid, view), got in zip(kl.outputs, outs):
+                    want = np.asarray(values[nid], dtype=np.float64).reshape(view)
+                    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9,
+                                               err_msg=f"{d.derivation.id} {cfg}")
+                checked += 1
+                if cfg.splits > 1:
+                    split.add(kl.spec.name)
+    return checked, split
+
+
+@pytest.mark.parametrize("graph", [
+    lambda: g_moe_combine(e=640, t=3, d=20),  # tall, narrow: splits (640 = 5 x 128: an overrun)
+    lambda: g_pool(b=3, t=37, d=70),               # a bias in the epilogue, ragged tiles
+    lambda: g_middle_max_masked(h=3, t_q=40, t_kv=9),  # max, -1e4 mask, three position groups
+], ids=["moe_tall", "pool", "masked_max"])
+def test_column_reduction_source_emulated_matches_the_graph(graph):
+    """The generated TileLang text of the column reductions, executed in float64 by the
+    emulator (every tile, guard and index as written; split configurations as their two
+    launches through the scratch): the graph's values, and no access out of bounds."""
+    checked, split = _emulated(graph(), lambda space: space[:3] + [c for c in space
+                                                                   if c.splits > 1][:4])
+    assert checked
+    g = graph()
+    if g.name == "moe_combine":
+        assert split  # a [3, 640, 20] reduction is offered split configurations
+
+
+def test_a_split_column_reduction_is_two_launches_through_scratch(tmp_path):
+    """Split along the reduced axis, the module allocates the fp32 partials once when it
+    loads, launches the partial pass (every input, then the scratch) and the combine (the
+    scratch, the inputs its epilogue reads, every output), and both lower to CUDA."""
+    from mixtral_moe_combine import mixtral_moe_combine
+
+    g = mixtral_moe_combine(t=3, k=640, d=20)
+    plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
+    match = match_plan(plan)
+    cfg = complete_config(match, {"k0.block_red": 64, "k0.block_cols": 16, "k0.threads": 128,
+                                  "k0.splits": 4})
+    mod = lower_plan(match, cfg, directory=tmp_path)
+    text = Path(mod.path).read_text()
+    name = match.kernels[0].spec.name
+    assert f"{name}_part = torch.empty((3, 4, 20), dtype=torch.float32" in text
+    calls = [ln.strip() for ln in text.splitlines() if ln.strip().startswith(f"{name}(")
+             or ln.strip().startswith(f"{name}_combine(")]
+    assert len(calls) == 2 and calls[0].endswith(f"{name}_part)"), calls
+    assert calls[1].startswith(f"{name}_combine({name}_part, ") and calls[1].endswith(
+        "out.view((3, 20)))"), calls
+    funcs = mod.prim_funcs()
+    assert set(funcs) == {name, f"{name}_combine"}
+    for prim in funcs.values():
+        assert "__global__" in tl.lower_to_cuda(prim)

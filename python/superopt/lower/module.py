@@ -221,8 +221,8 @@ def _launch_plan(kl: KernelLowering, cfg: Any):
     attention family's split-KV kernel and its combine), or None for the default one
     launch ``name(*params, output)``. A plan has ``funcs`` (each built by ``build_<func>()``
     in the family's source), ``scratch`` buffers (``name``, ``shape``, torch ``dtype``) and
-    ``calls`` (``func``, ``args``: ``("param", i, view)``, ``("output", view)`` or
-    ``("scratch", name)``); see :class:`superopt.lower.kernels.attention_spec.LaunchPlan`."""
+    ``calls`` (``func``, ``args``: ``("param", i, view)``, ``("output", view)``,
+    ``("outputs",)`` (every output in its view) or ``("scratch", name)``); see :class:`superopt.lower.kernels.launches.LaunchPlan`."""
     declare = getattr(cfg, "launch_plan", None)
     return declare(kl.spec) if callable(declare) else None
 
@@ -238,6 +238,8 @@ def _plan_calls(kl: KernelLowering, plan: Any, names: dict) -> list[str]:
                 args.append(f"{names.get(nid, f't{nid}')}.view({tuple(arg[2])!r})")
             elif arg[0] == "output":
                 args.append(f"{names.get(kl.output, f't{kl.output}')}.view({tuple(arg[1])!r})")
+            elif arg[0] == "outputs":  # every output, each in its own view
+                args += [f"{names.get(nid, f't{nid}')}.view({view!r})" for nid, view in kl.outputs]
             else:
                 args.append(f"{kl.spec.name}_{arg[1]}")
         out.append(f"        {call.func}({', '.join(args)})")

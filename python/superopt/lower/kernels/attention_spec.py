@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from ...errors import LoweringError
 from ...ir.ops import LOG2E
 from ..target import HOPPER
+from .launches import LaunchCall, LaunchPlan, ScratchBuffer
 from .spec_checks import check_dtype
 from .tiling import ceil_div, round_up
 
@@ -442,37 +443,3 @@ def grid_shape(blocks_x: int, batch: int, splits: int = 1,
 def key_tiles(spec: AttentionSpec, cfg: AttentionConfig) -> int:
     """Key tiles of ``block_n`` keys over ``tkv``."""
     return ceil_div(spec.tkv, cfg.block_n)
-
-
-@dataclass(frozen=True)
-class ScratchBuffer:
-    """A device buffer a kernel's launches share, allocated once when the module loads.
-
-    Attributes:
-        name: its name (unique within the kernel's launches).
-        shape: its shape; ``dtype``: a torch dtype name (``"float32"``).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-
-@dataclass(frozen=True)
-class LaunchCall:
-    """One launch: prim_func ``func`` with ``args``, each ``("param", i, view)`` (the
-    kernel's i-th input, viewed), ``("output", view)`` or ``("scratch", name)``."""
-
-    func: str
-    args: tuple
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """What the generated module's launcher does for one kernel: compile ``funcs`` (each
-    built by ``build_<func>()`` in the kernel's source), allocate ``scratch``, and run
-    ``calls`` in order. Read by :func:`superopt.lower.module.module_source`."""
-
-    funcs: tuple[str, ...]
-    scratch: tuple[ScratchBuffer, ...]
-    calls: tuple[LaunchCall, ...]

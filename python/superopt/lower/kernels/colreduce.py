@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from ...errors import LoweringError
 from ..emit import Lines
 from ..target import HOPPER
+from .launches import LaunchCall, LaunchPlan, ScratchBuffer
 from .row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, check_gathers,
                          check_grid, fold_grid)
 from .rowwise import check_name
@@ -45,6 +46,8 @@ from .tiling import ceil_div, check_padded
 
 #: The format field of the position along the reduced axis (in ``pre`` only).
 RED_FIELD = "_red"
+#: The most blocks that split one column tile's reduction.
+MAX_SPLITS = 128
 
 
 @dataclass(frozen=True)
@@ -90,11 +93,54 @@ class ColConfig:
         block_red: rows of the reduced axis a block loads per step (a power of two).
         block_cols: inner columns a block owns (a power of two, >= 8).
         threads: threads per block (128 or 256 in the space; a multiple of 32 up to 1024).
+        splits: blocks sharing one column tile along the reduced axis (a power of two up
+            to :data:`MAX_SPLITS`; split-K for a reduction whose columns alone do not fill the SMs): each
+            writes its fp32 partials to scratch ``[outer, splits, inner]``, and a combine
+            kernel (:func:`combine_kernel`) reduces them and applies ``post``.
     """
 
     block_red: int
     block_cols: int
     threads: int
+    splits: int = 1
+
+    def launch_plan(self, spec: ColReduceSpec) -> LaunchPlan | None:
+        """None for one launch; with ``splits > 1`` the partial pass over every input, then
+        the combine over the scratch, the per-output inputs and the gathers ``post`` reads."""
+        if self.splits == 1:
+            return None
+        views = [(spec.outer, spec.red, spec.inner) if kind == "full" else
+                 (spec.outer, spec.inner) for _, kind, _ in spec.inputs]
+        views += [(g.extent,) for g in spec.gathers]
+        params = tuple(("param", i, v) for i, v in enumerate(views))
+        names = [n for n, _, _ in spec.inputs] + [g.name for g in spec.gathers]
+        comb, _ = combine_kernel(spec, self)
+        post_params = tuple(params[names.index(n)] for n in _input_names(comb)[1:])
+        part = ("scratch", "part")
+        return LaunchPlan(
+            (spec.name, comb.name),
+            (ScratchBuffer("part", (spec.outer, self.splits, spec.inner), "float32"),),
+            (LaunchCall(spec.name, params + (part,)),
+             LaunchCall(comb.name, (part,) + post_params + (("outputs",),))))
+
+
+def _input_names(spec: ColReduceSpec) -> list[str]:
+    return [n for n, _, _ in spec.inputs] + [g.name for g in spec.gathers]
+
+
+def combine_kernel(spec: ColReduceSpec, cfg: ColConfig) -> tuple[ColReduceSpec, ColConfig]:
+    """The second launch of a split column reduction: a column reduction over the scratch
+    ``part [outer, splits, inner]`` (fp32, the same reduction, ``pre`` the partial itself)
+    whose ``post`` is the spec's, reading the spec's per-output inputs and the gathers that
+    do not depend on the reduced position."""
+    outs = [(n, kind, dt) for n, kind, dt in spec.inputs if kind == "out"]
+    gathers = tuple(g for g in spec.gathers if RED_FIELD not in format_fields(g.index, g.name))
+    comb = ColReduceSpec(spec.outer, cfg.splits, spec.inner, spec.reduce, "{part}", spec.post,
+                         (("part", "full", "float32"), *outs), gathers,
+                         name=f"{spec.name}_combine", out_dtype=spec.out_dtype,
+                         more_outputs=spec.more_outputs)
+    br, bc = min(cfg.splits, 32), (128 if spec.inner > 64 else 32)
+    return comb, ColConfig(br, bc, max(32, min(128, br * bc // 4)))
 
 
 def _check_spec(s: ColReduceSpec) -> None:
@@ -139,30 +185,50 @@ def _check_config(c: ColConfig) -> None:
     if (c.block_red * c.block_cols) % c.threads:
         raise LoweringError(f"tile {c.block_red}x{c.block_cols} is not a multiple of "
                             f"{c.threads} threads")
+    if c.splits < 1 or c.splits > MAX_SPLITS or c.splits & (c.splits - 1):
+        raise LoweringError(f"splits must be a power of two in [1, {MAX_SPLITS}], got {c.splits}")
 
 
 def colreduce_grid(spec: ColReduceSpec, cfg: ColConfig) -> tuple[int, int, int]:
-    """``(column blocks, outer, 1)``, or ``(column blocks * outer, 1, 1)`` when ``outer``
-    exceeds grid y's limit."""
+    """``(column blocks, outer, splits)``, or ``(column blocks * outer, 1, 1)`` when
+    ``outer`` exceeds grid y's limit (no split then)."""
     ncb = ceil_div(spec.inner, cfg.block_cols)
-    return (ncb * spec.outer, 1, 1) if fold_grid(ncb, spec.outer) else (ncb, spec.outer, 1)
+    if fold_grid(ncb, spec.outer):
+        return (ncb * spec.outer, 1, 1)
+    return (ncb, spec.outer, cfg.splits)
 
 
 def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
-    """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func``.
+    """Source text of ``def build_<spec.name>():`` returning the ``T.prim_func`` (and, split,
+    ``def build_<spec.name>_combine():``).
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: the inputs in order (``[outer, red, inner]`` or ``[outer, inner]``
-    by kind), the gathers (``[extent]``), then ``Out [outer, inner]`` and ``Out1, ...``.
-    Grid: :func:`colreduce_grid`.
+    by kind), the gathers (``[extent]``), then ``Out [outer, inner]`` and ``Out1, ...``; split
+    (:attr:`ColConfig.splits`), the first writes ``Part [outer, splits, inner]`` fp32 instead
+    of the outputs and the combine reads ``Part`` (:meth:`ColConfig.launch_plan`). Grid:
+    :func:`colreduce_grid`.
 
     Raises:
-        LoweringError: an invalid spec or config, padding past int32, or a grid beyond the
-            target's limits.
+        LoweringError: an invalid spec or config, padding past int32, a grid beyond the
+            target's limits, or a split of a folded grid or into more parts than tiles.
     """
-    s, c = spec, cfg
-    _check_spec(s)
-    _check_config(c)
+    _check_spec(spec)
+    _check_config(cfg)
+    if cfg.splits == 1:
+        return _source(spec, cfg)
+    tiles = ceil_div(max(spec.red, 1), cfg.block_red)
+    if fold_grid(ceil_div(spec.inner, cfg.block_cols), spec.outer) or cfg.splits > tiles:
+        raise LoweringError(f"column reduction {spec.name}: {cfg.splits} splits of "
+                            f"{tiles} reduction tiles over {spec.outer} outer rows: a split "
+                            "needs a tile each and an unfolded grid")
+    comb, comb_cfg = combine_kernel(spec, cfg)
+    return _source(spec, cfg) + "\n\n" + colreduce_source(comb, comb_cfg)
+
+
+def _source(s: ColReduceSpec, c: ColConfig) -> str:
+    """One kernel's text: the whole reduction, or (``c.splits > 1``) one split's partials."""
+    split = c.splits > 1
     red_eff = max(s.red, 1)
     check_padded("column reduction X", ((s.outer, 1), (red_eff, c.block_red),
                                         (s.inner, c.block_cols)))
@@ -175,7 +241,9 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
         ob, cb = (f"(b // {ncb})", f"(b % {ncb})") if ncb > 1 else ("b", "0")
     else:
         ob, cb = "by", "bx"
-    col, rpos = f"{cb} * {bc} + j", f"ko * {br} + i"
+    per = ceil_div(ceil_div(red_eff, br), c.splits)  # reduction tiles a block walks
+    col = f"{cb} * {bc} + j"
+    rpos = f"(bz * {per} + ko) * {br} + i" if split else f"ko * {br} + i"
     pos = {ROW_FIELD: f"({ob})", RED_FIELD: f"({rpos})", COL_FIELD: f"({col})"}
     at = {"full": f"[{ob}, {rpos}, {col}]", "out": f"[{ob}, {col}]"}
     shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
@@ -184,13 +252,15 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
                    for g in s.gathers})
     identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
     pre = s.pre.format(**fields, **pos)
-    guards = [f"{rpos} < {s.red}"] if s.red % br else []
+    guards = [f"{rpos} < {s.red}"] if s.red % br or per * c.splits * br != red_eff else []
     if s.inner % bc:
         guards.append(f"{col} < {s.inner}")
     term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
     combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
     outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", p, dt)
                                               for k, (p, dt) in enumerate(s.more_outputs, 1)]
+    if split:  # the partials, before any post
+        outs = [("Part", "{r}", "float32")]
     post_fields = {n: f for n, f in fields.items()}
     post_fields.update({ROW_FIELD: pos[ROW_FIELD], COL_FIELD: pos[COL_FIELD], "r": "red[j]"})
 
@@ -199,7 +269,8 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
     with e.indent():
         e(f'"""{s.name}: column {s.reduce} over [{s.outer}, {s.red}, {s.inner}] -> '
           f'{len(outs)} x [{s.outer}, {s.inner}] {"/".join(dt for _, _, dt in outs)}; tile '
-          f'{br}x{bc}, {c.threads} threads{", grid folded into x" if folded else ""}."""')
+          f'{br}x{bc}, {c.threads} threads{", grid folded into x" if folded else ""}'
+          f'{f", split {c.splits} ways into Part" if split else ""}."""')
         e()
         e("@T.prim_func")
         e(f"def {s.name}(")
@@ -209,11 +280,15 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
             for g in s.gathers:
                 e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
             for name, _, dt in outs:
-                e(f'{name}: T.Tensor(({s.outer}, {s.inner}), "{dt}"),')
+                shape_out = (s.outer, c.splits, s.inner) if split else (s.outer, s.inner)
+                e(f'{name}: T.Tensor({shape_out}, "{dt}"),')
         e("):")
         with e.indent():
             if folded:
                 e(f"with T.Kernel({grid[0]}, threads={c.threads}) as b:")
+            elif split:
+                e(f"with T.Kernel({grid[0]}, {grid[1]}, {grid[2]}, threads={c.threads}) "
+                  "as (bx, by, bz):")
             else:
                 e(f"with T.Kernel({grid[0]}, {grid[1]}, threads={c.threads}) as (bx, by):")
             with e.indent():
@@ -221,7 +296,7 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
                 if s.red > 0:
                     e(f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
                     e(f"T.fill(acc, {identity})")
-                    e(f"for ko in T.serial({ceil_div(s.red, br)}):")
+                    e(f"for ko in T.serial({per}):")
                     with e.indent():
                         e(f"for i, j in T.Parallel({br}, {bc}):")
                         with e.indent():
@@ -235,7 +310,8 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
                         e(f"if {col} < {s.inner}:")
                         e.indent()
                     for name, post, dt in outs:
-                        e(f"{name}[{ob}, {col}] = T.Cast(\"{dt}\", "
+                        at_out = f"{ob}, bz, {col}" if split else f"{ob}, {col}"
+                        e(f"{name}[{at_out}] = T.Cast(\"{dt}\", "
                           f"{post.format(**post_fields)})")
                     if s.inner % bc:
                         e.dedent()
@@ -244,20 +320,30 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
     return e.text()
 
 
+def _itemsize(spec: ColReduceSpec) -> int:
+    """Bytes of an element of the widest-read input (its first ``"full"`` one; 2 if none)."""
+    dt = next((dt for _, kind, dt in spec.inputs if kind == "full"), "float16")
+    return 4 if dt == "float32" else 2
+
+
 def colreduce_cost(spec: ColReduceSpec, c: ColConfig) -> tuple:
-    """The sort key of :func:`colreduce_config_space` (lower is better): enough blocks to
-    fill the target's SMs twice, then little padding, then 16 elements per thread per step
-    (two 16-byte loads in flight in fp16), then rows of at least 64 columns (128-byte runs),
-    then 256 threads, then smaller tiles."""
-    blocks = ceil_div(spec.inner, c.block_cols) * spec.outer
-    fill = round(min(blocks / (2 * HOPPER.num_sms), 1.0), 1)
+    """The sort key of :func:`colreduce_config_space` (lower is better), a model of a
+    memory-bound kernel: first the bandwidth it can draw, the fraction of twice the SMs its
+    blocks fill times the fraction of a 32-byte sector each row of a tile uses; then the
+    extra traffic of a split (the fp32 partials written and read again, relative to the
+    input); then little padding; then 16 elements per thread per step (two 16-byte loads in
+    flight in fp16); then rows of at least 64 columns; then 256 threads; then smaller tiles."""
+    blocks = ceil_div(spec.inner, c.block_cols) * spec.outer * c.splits
+    fill = min(blocks / (2 * HOPPER.num_sms), 1.0)
+    sector = min(c.block_cols * _itemsize(spec) / 32, 1.0)
     red = max(spec.red, 1)
+    extra = round(8 * c.splits / (red * _itemsize(spec)), 1) if c.splits > 1 else 0.0
     padded = ceil_div(red, c.block_red) * c.block_red * ceil_div(spec.inner, c.block_cols) \
         * c.block_cols
     waste = round(padded / (red * spec.inner), 1)
     ept = c.block_red * c.block_cols // c.threads
-    return (-fill, waste, abs(ept - 16), c.block_cols < 64, c.threads != 256,
-            c.block_red * c.block_cols)
+    return (-round(fill * sector, 1), extra, waste, abs(ept - 16), c.block_cols < 64,
+            c.threads != 256, c.splits, c.block_red * c.block_cols)
 
 
 def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[ColConfig]:
@@ -265,10 +351,14 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
 
     Candidates give every thread 4 to 32 elements per step, at least 8 columns a row (one
     16-byte access in fp16) and a tile no more than twice as tall or as wide as the view.
-    Deterministic.
+    Where a tile's blocks do not fill twice the SMs, it is also offered split 2 to 32 ways
+    along the reduced axis (each split at least two steps of it, the blocks at most four
+    per SM): a tall, narrow reduction (a column sum of ``[10^6, 64]``, one pooled sequence)
+    otherwise runs on a handful of SMs. Deterministic.
 
     Raises:
-        LoweringError: no tile whose padded view an int32 index reaches.
+        LoweringError: no tile whose padded view an int32 index reaches (the message is the
+            smallest tile's).
     """
     red, inner = max(spec.red, 1), spec.inner
     cands, overflow = [], None
@@ -284,12 +374,29 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
                     check_padded(f"the [{spec.outer}, {spec.red}, {inner}] view",
                                  ((spec.outer, 1), (red, br), (inner, bc)))
                 except LoweringError as e:
-                    overflow = overflow or e
+                    if overflow is None or br * bc < overflow[0]:
+                        overflow = (br * bc, e)
                     continue
                 cands.append(ColConfig(br, bc, threads))
+                cands += _splits(spec, cands[-1])
     cands.sort(key=lambda c: colreduce_cost(spec, c))
     if not cands and overflow is not None:
-        raise LoweringError(f"no tile fits: {overflow.message}")
+        raise LoweringError(f"no tile fits: {overflow[1].message}")
     if not cands:  # a tiny view: one warp
         cands = [ColConfig(1, 32, 32)]
     return cands if limit is None else cands[:limit]
+
+
+def _splits(spec: ColReduceSpec, c: ColConfig) -> list[ColConfig]:
+    """``c`` split 2, 4, ... ways along the reduced axis, where its blocks do not fill twice
+    the SMs, each split walks at least two tiles, and the blocks stay within four per SM."""
+    ncb = ceil_div(spec.inner, c.block_cols)
+    blocks = ncb * spec.outer
+    if fold_grid(ncb, spec.outer) or blocks >= 2 * HOPPER.num_sms:
+        return []
+    tiles = ceil_div(max(spec.red, 1), c.block_red)
+    out, k = [], 2
+    while k <= MAX_SPLITS and tiles >= 2 * k and blocks * k <= 4 * HOPPER.num_sms:
+        out.append(ColConfig(c.block_red, c.block_cols, c.threads, k))
+        k *= 2
+    return out
