@@ -381,7 +381,9 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
                 cands += _splits(spec, cands[-1])
     cands.sort(key=lambda c: colreduce_cost(spec, c))
     if not cands and overflow is not None:
-        raise LoweringError(f"no tile fits: {overflow[1].message}")
+        raise LoweringError(f"no tile fits the [{spec.outer}, {spec.red}, {inner}] column "
+                            f"reduction: every tile pads it past int32 indexing; the "
+                            f"smallest: {overflow[1].message}")
     if not cands:  # a tiny view: one warp
         cands = [ColConfig(1, 32, 32)]
     return cands if limit is None else cands[:limit]
