@@ -431,22 +431,23 @@ def test_derive_json(ran):
 
 
 def test_derive_says_why_nothing_lowers(tmp_path):
-    """A bias written first (``bias[n, t] + X @ W``) orders the output [n, t], which no
-    family reads: ``derive`` prints why and exits 1, ``--json`` carries the reasons."""
-    (tmp_path / "biasfirst.py").write_text(
+    """Per-head weights shared by the batch (``O[b, h, t, e] @_e W[h, e, d]``: B's batch axes
+    [h] are not a prefix of [b, h], which no GEMM layout reads): ``derive`` prints why and
+    exits 1, ``--json`` carries the reasons."""
+    (tmp_path / "heads.py").write_text(
         "from superopt.dsl import DagBuilder\n\n\n"
-        "def g(t: int = 32, n: int = 64, k: int = 48):\n"
-        "    b = DagBuilder('biasfirst', [('t', t), ('n', n), ('k', k)])\n"
-        "    x, w = b.input('X', ['t', 'k']), b.input('W', ['k', 'n'])\n"
-        "    b.output(b.add(b.input('bias', ['n', 't']), b.matmul(x, w, 'k', 'k')))\n"
+        "def g(t: int = 32, d: int = 64):\n"
+        "    b = DagBuilder('heads', [('b', 2), ('h', 4), ('t', t), ('e', 16), ('d', d)])\n"
+        "    o, w = b.input('O', ['b', 'h', 't', 'e']), b.input('W', ['h', 'e', 'd'])\n"
+        "    b.output(b.matmul(o, w, 'e', 'e'))\n"
         "    return b.build()\n")
-    p = _run(["derive", "biasfirst.py:g"], {}, tmp_path)
+    p = _run(["derive", "heads.py:g"], {}, tmp_path)
     assert p.returncode == 1, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("0 lowerable derivations of 1 of biasfirst")
+    assert lines[0].startswith("0 lowerable derivations of 1 of heads")
     assert lines[1] == "no family lowers these plans; the first plan of each distinct reason:"
-    assert lines[2].startswith("  d0: kernels[") and "neither full, row nor column" in lines[2]
-    j = _run(["derive", "biasfirst.py:g", "--json"], {}, tmp_path)
+    assert lines[2].startswith("  d0: kernels[0]") and "fit no layout" in lines[2]
+    j = _run(["derive", "heads.py:g", "--json"], {}, tmp_path)
     assert j.returncode == 1
     doc = json.loads(j.stdout)
     assert doc["derivations"] == [] and doc["unlowerable"] == [lines[2].strip()]
