@@ -431,23 +431,22 @@ def test_derive_json(ran):
 
 
 def test_derive_says_why_nothing_lowers(tmp_path):
-    """Per-head weights shared by the batch (``O[b, h, t, e] @_e W[h, e, d]``: B's batch axes
-    [h] are not a prefix of [b, h], which no GEMM layout reads): ``derive`` prints why and
-    exits 1, ``--json`` carries the reasons."""
-    (tmp_path / "heads.py").write_text(
+    """A dot product written as a matmul (``x[k] @ y[k]``, no axis left for a GEMM tile):
+    ``derive`` prints why and what to write instead, and exits 1; ``--json`` carries the
+    reasons."""
+    (tmp_path / "dot.py").write_text(
         "from superopt.dsl import DagBuilder\n\n\n"
-        "def g(t: int = 32, d: int = 64):\n"
-        "    b = DagBuilder('heads', [('b', 2), ('h', 4), ('t', t), ('e', 16), ('d', d)])\n"
-        "    o, w = b.input('O', ['b', 'h', 't', 'e']), b.input('W', ['h', 'e', 'd'])\n"
-        "    b.output(b.matmul(o, w, 'e', 'e'))\n"
+        "def g(k: int = 48):\n"
+        "    b = DagBuilder('dot', [('k', k)])\n"
+        "    b.output(b.matmul(b.input('x', ['k']), b.input('y', ['k']), 'k', 'k'))\n"
         "    return b.build()\n")
-    p = _run(["derive", "heads.py:g"], {}, tmp_path)
+    p = _run(["derive", "dot.py:g"], {}, tmp_path)
     assert p.returncode == 1, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("0 lowerable derivations of 1 of heads")
+    assert lines[0].startswith("0 lowerable derivations of 1 of dot")
     assert lines[1] == "no family lowers these plans; the first plan of each distinct reason:"
-    assert lines[2].startswith("  d0: kernels[0]") and "fit no layout" in lines[2]
-    j = _run(["derive", "heads.py:g", "--json"], {}, tmp_path)
+    assert lines[2].startswith("  d0: kernels[0]") and "write it as a reduction" in lines[2]
+    j = _run(["derive", "dot.py:g", "--json"], {}, tmp_path)
     assert j.returncode == 1
     doc = json.loads(j.stdout)
     assert doc["derivations"] == [] and doc["unlowerable"] == [lines[2].strip()]

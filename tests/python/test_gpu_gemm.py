@@ -685,6 +685,29 @@ def test_batched_vector_matrix_plan(iso, tmp_path):
     check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
 
 
+def test_weights_shared_by_the_batch_plan(iso, tmp_path):
+    """Per-head weights shared by the batch, ``O[b, h, t, e] @ W[h, e, d]``: B's batch axes
+    are a later run of the output's (batch ``z`` reads W's ``z % h``), on both schedules;
+    then the multi-head output projection written as a sum over the heads (the GEMM, then a
+    column reduction over h)."""
+    from superopt.derive import derive_all
+    from superopt.lower.match import match_plan
+
+    def heads(b):
+        return b.matmul(b.input("O", ["b", "h", "t", "e"]), b.input("W", ["h", "e", "d"]),
+                        "e", "e")
+    axes = [("b", 2), ("h", 3), ("t", 200), ("e", 64), ("d", 300)]
+    g, plan = _graph_plan("per_head", axes, heads, [((2,), ("b", "h", "t", "d"), "e")])
+    for pick in (lambda c: c["k0.schedule"] == "ws", lambda c: c["k0.schedule"] == "auto"):
+        check_module_case(iso, tmp_path, g, plan, "float16", pick)
+    bld = DagBuilder("o_proj_heads", axes)
+    bld.output(bld.red("sum", "h", heads(bld)))
+    g2 = bld.build()
+    plan2 = derive_all(g2)[0].plan
+    assert match_plan(plan2).families == ("gemm", "colreduce")
+    check_module_case(iso, tmp_path, g2, plan2, "float16", lambda c: True)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_residual_epilogue_plan(iso, tmp_path, dtype):
     """``X + H @ W`` in one kernel, the residual X read in the epilogue at ragged edges (m

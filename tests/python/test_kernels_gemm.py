@@ -1733,3 +1733,30 @@ def test_a_partial_chain_config_completes_to_one_that_lowers():
     assert (cfg.block_m, cfg.block_n, cfg.col_tiles, cfg.col_stages) == (64, 64, 3, 1)
     assert cfg.block_h
     assert "H_s" in gemm_source(spec, cfg)
+
+
+def test_weights_shared_by_the_batch_read_b_at_z_mod_h(tmp_path):
+    """``O[b, h, t, e] @ W[h, e, d]``: B's batch axes [h] are the output's [b, h] without
+    its first, so batch ``z`` reads W's ``z % h`` on both schedules (lowered to CUDA here);
+    a run that is not contiguous (``[b, g]`` of ``[b, h, g]``) is refused with what B's
+    axes must be."""
+    from superopt.lower import config_space, lower_plan, match_plan, tl
+
+    b = DagBuilder("per_head", [("b", 2), ("h", 3), ("t", 64), ("e", 64), ("d", 128)])
+    b.output(b.matmul(b.input("O", ["b", "h", "t", "e"]), b.input("W", ["h", "e", "d"]),
+                      "e", "e"))
+    match = match_plan(derive_all(b.build())[0].plan)
+    spec = match.kernels[0].spec
+    assert (spec.batch, spec.b_batches, spec.b_batch_index("bz")) == (6, 3, "bz % 3")
+    assert [v for _, v in match.kernels[0].params] == [(6, 64, 64), (3, 64, 128)]
+    space = config_space(match, limit=None)
+    for schedule in ("ws", "auto"):
+        cfg = next(c for c in space if c["k0.schedule"] == schedule)
+        src = lower_plan(match, cfg, directory=tmp_path).prim_funcs()
+        cuda = tl.lower_to_cuda(next(iter(src.values())))
+        assert "% 3" in cuda or "blockIdx.z) % 3" in cuda, schedule
+    b2 = DagBuilder("gapped", [("b", 2), ("h", 3), ("g", 2), ("t", 64), ("e", 64), ("d", 128)])
+    b2.output(b2.matmul(b2.input("O", ["b", "h", "g", "t", "e"]),
+                        b2.input("W", ["b", "g", "e", "d"]), "e", "e"))
+    with pytest.raises(LoweringError, match="contiguous run of \\[b, h, g\\]"):
+        match_plan(derive_all(b2.build())[0].plan)

@@ -159,7 +159,7 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     tb = ", transpose_B=True" if nk else ""
     epilogue = epilogue_text(s, bm, bn)
     pro_rows = [r for r in s.row_inputs if r in s.prologue_fields]
-    bzb = f"bz // {s.b_batch_div}" if s.b_batch_div > 1 else "bz"
+    bzb = s.b_batch_index("bz")
 
     m_blocks, n_blocks = ceil_div(s.m, bm), ceil_div(s.n, bn)
     if c.persistent:

@@ -97,8 +97,13 @@ class GemmSpec:
         dtype: A, B, B2 element type, ``"float16"`` or ``"bfloat16"``.
         out_dtype: C element type, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
         name: Python identifier; the generated builder is ``build_<name>``.
-        b_batch: B's (and B2's) leading batch extent, a divisor of ``batch``; ``None``:
-            ``batch``. Batch ``z`` of A and C reads batch ``z // (batch // b_batch)`` of B.
+        b_batch: B's (and B2's) batch extent, a divisor of ``batch``; ``None``: ``batch``.
+            Batch ``z`` of A and C reads batch ``(z // inner) % b_batch`` of B, ``inner``
+            being :attr:`b_batch_inner`.
+        b_batch_inner: the output batches per step of B's batch index (the product of the
+            output's batch axes after B's, when B's are not its leading ones:
+            ``O[b, h, t, e] @ W[h, e, d]`` has 1); ``None``: ``batch // b_batch`` (B's
+            batch axes the leading ones, grouped-query attention's K/V).
         col_inputs: names of extra inputs, each ``[n]``, readable in the epilogue as
             ``{name}`` (a bias, the column sums of a folded LayerNorm), in fp32.
         k_inputs: names of extra inputs, each ``[k]``, readable in the prologue as
@@ -136,6 +141,7 @@ class GemmSpec:
     prologue: str = ""
     vector_dtypes: tuple[tuple[str, str], ...] = ()
     c_inputs: tuple[tuple[str, str], ...] = ()
+    b_batch_inner: int | None = None
 
     @property
     def b_batches(self) -> int:
@@ -144,8 +150,19 @@ class GemmSpec:
 
     @property
     def b_batch_div(self) -> int:
-        """Batches of A and C per batch of B (1 unless B is shared by a group)."""
-        return self.batch // self.b_batches
+        """Batches of A and C per step of B's batch index (1 unless B is shared by a group
+        of consecutive batches)."""
+        return self.batch // self.b_batches if self.b_batch_inner is None else self.b_batch_inner
+
+    def b_batch_index(self, z: str) -> str:
+        """The text of B's batch index for the output batch ``z``: ``z``, ``z // div`` (a
+        group of consecutive batches shares B) or ``(z // div) % b_batches`` (B's batch
+        axes are a later run of the output's)."""
+        div = self.b_batch_div
+        idx = z if div == 1 else f"{z} // {div}"
+        if div * self.b_batches == self.batch:
+            return idx
+        return f"{idx} % {self.b_batches}" if div == 1 else f"({idx}) % {self.b_batches}"
 
     def vector_dtype(self, name: str) -> str:
         """The element type of row, column or k input ``name``."""
@@ -331,6 +348,11 @@ def check_spec(spec: GemmSpec) -> None:
     if spec.b_batch is not None and not (1 <= spec.b_batch <= spec.batch
                                          and spec.batch % spec.b_batch == 0):
         raise LoweringError(f"b_batch must divide batch={spec.batch}, got {spec.b_batch}")
+    if spec.b_batch_inner is not None and not (
+            isinstance(spec.b_batch_inner, int) and spec.b_batch_inner >= 1
+            and spec.batch % (spec.b_batch_inner * spec.b_batches) == 0):
+        raise LoweringError(f"b_batch_inner times B's batches must divide batch={spec.batch}, "
+                            f"got {spec.b_batch_inner!r} x {spec.b_batches}")
     if spec.b_layout not in ("kn", "nk"):
         raise LoweringError(f"b_layout must be 'kn' or 'nk', got {spec.b_layout!r}")
     for what, count in (("A", spec.batch * spec.m * spec.k),

@@ -143,7 +143,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     nreg = min(240, (HOPPER.regs_per_sm - 128 * producer_regs(s)) // ncons // 8 * 8)
     ring = _Ring(e, c)
     slot, parity = ring.slot, ring.parity
-    bzb = f"bz // {s.b_batch_div}" if s.b_batch_div > 1 else "bz"
+    bzb = s.b_batch_index("bz")
 
     def b_src(i: str, b: str = "B") -> str:
         if nk_layout:

@@ -6,9 +6,11 @@ column vectors, tensors of the output's shape (a residual) and the element's pos
 (masks); or a chain of two matmuls whose
 intermediate stays on chip (:func:`match_gemm_chain`).
 
-B may have fewer leading batch axes than A and the output, as long as they are a prefix of
-the output's (grouped-query attention: Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``): the
-kernel then reads B's batch ``z // r`` for output batch ``z`` (no copy of K/V). A B with no
+B may have fewer batch axes than A and the output, as long as they are a contiguous run of
+the output's: a prefix (grouped-query attention: Q ``[b, g, r, t, d]`` against K
+``[b, g, t, d]``; the kernel reads B's batch ``z // r`` for output batch ``z``, no copy of
+K/V) or a later run (per-head weights shared by the batch: ``O[b, h, t, e] @ W[h, e, d]``
+reads B's batch ``z % h``). A B with no
 batch axis at all folds the output's batch into its rows (one larger GEMM). A vector times a
 matrix (``[k] @ [k, n]``, a LayerNorm's ``beta @ W``) is a GEMM of one row, and so is a
 matrix times a vector written matrix first (``W[n, k] @ x[k]``: a decode step's GEMV); with
@@ -67,18 +69,35 @@ def position_index(g: Graph, batch_axes: tuple, m_axis: str | None, inner: dict[
     return index
 
 
-def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> tuple[str, int]:
-    """(layout, number of leading batch axes) of B, whose batch axes must be a prefix of the
-    output's."""
-    for j in range(len(batch_axes), -1, -1):
-        pre = batch_axes[:j]
-        if b_axes == pre + (r, n_axis):
-            return "kn", j
-        if b_axes == pre + (n_axis, r):
-            return "nk", j
+def _b_run(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str,
+           k: int) -> tuple[str, int, int]:
+    """(layout, start, end) of B: its batch axes are the output's ``batch_axes[start:end]``, a
+    contiguous run (a prefix, longest first, is preferred: grouped-query attention's K/V;
+    another run is a weight shared by the leading axes, ``W[h, e, d]`` against
+    ``O[b, h, t, e]``)."""
+    runs = [(0, j) for j in range(len(batch_axes), -1, -1)]
+    runs += [(i, j) for i in range(1, len(batch_axes)) for j in range(len(batch_axes), i, -1)]
+    for i, j in runs:
+        run = batch_axes[i:j]
+        if b_axes == run + (r, n_axis):
+            return "kn", i, j
+        if b_axes == run + (n_axis, r):
+            return "nk", i, j
     raise LoweringError(f"kernel {k}: B operand axes {list(b_axes)} fit no layout (B's batch "
-                        f"axes must be a prefix of [{', '.join(batch_axes)}])",
+                        f"axes must be a contiguous run of [{', '.join(batch_axes)}], then the "
+                        f"contracted and the column axis in either order)",
                         path=f"kernels[{k}]")
+
+
+def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> tuple[str, int]:
+    """(layout, number of leading batch axes) of a GEMM chain's B, whose batch axes must be a
+    prefix of the output's."""
+    layout, i, j = _b_run(b_axes, batch_axes, r, n_axis, k)
+    if i:
+        raise LoweringError(f"kernel {k}: a GEMM chain's B operand axes {list(b_axes)} are "
+                            f"not a prefix of the batch axes [{', '.join(batch_axes)}]",
+                            path=f"kernels[{k}]")
+    return layout, j
 
 
 def _operands(g: Graph, mm: NodeId, dom: tuple, r: str) -> tuple[NodeId, NodeId]:
@@ -188,10 +207,13 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     if a_axes != row_axes + (r,):
         raise LoweringError(f"kernel {k}: A operand axes {list(a_axes)} are not "
                             f"[{', '.join(row_axes + (r,))}]", path=f"kernels[{k}]")
-    layout, b_lead = _b_layout(b_axes, batch_axes, r, n_axis, k)
-    fold_batch = b_lead == 0 and batch_axes != ()
+    layout, b_start, b_end = _b_run(b_axes, batch_axes, r, n_axis, k)
+    fold_batch = b_end == b_start and batch_axes != ()
     batch = 1 if fold_batch else axes_prod(g, batch_axes)
-    b_batch = None if fold_batch or b_lead == len(batch_axes) else axes_prod(g, batch_axes[:b_lead])
+    b_batch = (None if fold_batch or (b_start, b_end) == (0, len(batch_axes))
+               else axes_prod(g, batch_axes[b_start:b_end]))
+    # the output batches per step of B's batch index: the batch axes after B's run
+    b_inner = None if fold_batch or b_start == 0 else axes_prod(g, batch_axes[b_end:])
     m = axes_prod(g, row_axes) if fold_batch else 1 if m_axis is None else g.size(m_axis)
     n, kk = g.size(n_axis), g.size(r)
     env = {mms[0]: "{acc}"}
@@ -280,7 +302,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
         spec = GemmSpec(batch, m, n, kk, layout, dual=b2 is not None, a_row_sumsq=sumsq,
                         row_inputs=tuple(tensor_name(a) for a in row_inputs), epilogue=epilogue,
                         dtype=dtype, out_dtype=storage_dtype(plan, out, dtype),
-                        name=f"k{k}_gemm", b_batch=b_batch,
+                        name=f"k{k}_gemm", b_batch=b_batch, b_batch_inner=b_inner,
                         col_inputs=tuple(tensor_name(a) for a in col_inputs),
                         k_inputs=tuple(tensor_name(a) for a in k_inputs),
                         a_inputs=tuple((tensor_name(a), storage_dtype(plan, a, dtype))
