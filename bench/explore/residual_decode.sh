@@ -15,7 +15,7 @@ tc() { timeout "$1" python3 bench/explore/time_configs.py "${@:2}" 2>&1 \
 G=bench/explore/residual_graphs.py
 for what in "$@"; do case $what in
   tests)
-    GPU_TESTS_K="residual or matrix_times_vector or colreduce or gather" bash bench/gpu_tests.sh 280 \
+    GPU_TESTS_K="residual or matrix_times_vector or colreduce or gather or shared_by_the_batch" bash bench/gpu_tests.sh 280 \
       tests/python/test_gpu_gemm.py tests/python/test_gpu_rows.py
     mv "$out/gpu_tests.log" "$out/gpu_tests_residual.log" ;;
   ab)
