@@ -162,14 +162,17 @@ def test_gemm_bias_gelu_has_a_one_kernel_derivation():
 
 
 def _vector_plan(producer: str, vector: str):
-    """``P + v`` over [m, n] in two kernels, ``P`` = ``X @ W`` (``"gemm"``) or the centred row
-    ``X − mean_n X`` (``"rows"``, a row-fused kernel of a reduction and no matmul), ``v`` a
-    row vector ``[m]`` or a column vector ``[n]``: kernel 0 computes P, kernel 1 the add."""
+    """``P + v`` over [m, n] in two kernels, ``P`` = ``X @ W`` (``"gemm"``), the centred row
+    ``X − mean_n X`` (``"rows"``, a row-fused kernel of a reduction and no matmul) or a sum
+    over a middle axis ``Σ_d Y[m, d, n]`` (``"colsum"``, a column reduction), ``v`` a row
+    vector ``[m]`` or a column vector ``[n]``: kernel 0 computes P, kernel 1 the add."""
     b = DagBuilder(f"{producer}_{vector}", [("m", 4), ("d", 5), ("n", 6)])
-    x = b.input("X", ["m", "d"] if producer == "gemm" else ["m", "n"])
+    x = b.input("X", {"gemm": ["m", "d"], "rows": ["m", "n"], "colsum": ["m", "d", "n"]}[producer])
     v = b.input("v", ["m"] if vector == "row" else ["n"])
     if producer == "gemm":
         out = b.matmul(x, b.input("W", ["d", "n"]), "d", "d")
+    elif producer == "colsum":
+        out = b.red("sum", "d", x)
     else:
         out = b.sub(x, b.mean("n", x))
     b.output(b.add(out, v))
@@ -180,8 +183,11 @@ def _vector_plan(producer: str, vector: str):
 
 
 @pytest.mark.parametrize("producer,vector,offered", [
-    ("gemm", "row", True), ("gemm", "col", True), ("rows", "row", True), ("rows", "col", False)])
-def test_fuse_epilogue_column_vectors_only_into_a_gemm(producer, vector, offered):
+    ("gemm", "row", True), ("gemm", "col", True), ("rows", "row", True), ("rows", "col", False),
+    ("colsum", "row", True), ("colsum", "col", True)])
+def test_fuse_epilogue_column_vectors_only_from_registers(producer, vector, offered):
+    """A column vector fuses into the epilogue of a kernel that writes each element once from
+    registers (a GEMM, a reduction whose axis its domain lacks), not into a row-fused one."""
     plan = _vector_plan(producer, vector)
     assert plan.domain(0) == plan.domain(1) == ("m", "n")
     assert (RULES["fuse_epilogue"].sites(plan) == [(0, 1)]) == offered

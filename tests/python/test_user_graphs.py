@@ -134,34 +134,33 @@ def test_run_with_a_bad_graph_writes_nothing(capsys, tmp_path):
     assert code == 2 and not out.exists()
 
 
-PER_BATCH_BIAS = """
+DOT_PRODUCT = """
 from superopt.dsl import DagBuilder
 
 
-def per_batch_bias(z=2, m=64, d=32, n=48):
-    b = DagBuilder("per_batch_bias", [("z", z), ("m", m), ("d", d), ("n", n)])
-    x, w = b.input("X", ["z", "m", "d"]), b.input("W", ["z", "d", "n"])
-    b.output(b.add(b.matmul(x, w, "d", "d"), b.input("bias", ["z", "n"])))
+def dot_product(k=48):
+    b = DagBuilder("dot_product", [("k", k)])
+    b.output(b.matmul(b.input("x", ["k"]), b.input("y", ["k"]), "k", "k"))
     return b.build()
 """
 
 
 def test_a_dry_run_with_no_lowerable_plan_says_why_and_fails(capsys, tmp_path):
-    """A bias over [z, n] is no column vector of the [z, m, n] GEMM output (and no kernel
-    family reads it): no plan lowers. The dry run exits 1, as a run with no correct
-    candidate does, and its notes say why the plans did not lower; before, it exited 0
-    with "0 lowerable, candidates: 0" and no reason."""
-    p = tmp_path / "bias.py"
-    p.write_text(textwrap.dedent(PER_BATCH_BIAS))
+    """A dot product written as a matmul leaves no axis for a GEMM tile: no plan lowers. The
+    dry run exits 1, as a run with no correct candidate does, and its notes say why the
+    plans did not lower (and what to write instead); before, it exited 0 with "0 lowerable,
+    candidates: 0" and no reason."""
+    p = tmp_path / "dot.py"
+    p.write_text(textwrap.dedent(DOT_PRODUCT))
     out = tmp_path / "out"
-    code, text, err = run(capsys, "run", f"{p}:per_batch_bias", "--dry-run", "--budget", "2",
+    code, text, err = run(capsys, "run", f"{p}:dot_product", "--dry-run", "--budget", "2",
                           "--no-progress", "--out", str(out))
     assert code == 1 and "Traceback" not in err
     doc = json.loads((out / "record.json").read_text())
     assert doc["lowerable"] == 0 and doc["candidates"] == []
     (note,) = [n for n in doc["notes"] if "no plan is lowerable" in n]
-    assert "d0: lowering: kernels[1]: kernel 1 reads node 3 with axes ['z', 'n']" in note
-    assert note in text
+    assert "d0: lowering: kernels[0]: kernel 0 is a dot product" in note
+    assert "write it as a reduction" in note and note in text
 
 
 def test_load_graph_api_raises_the_typed_error(user_file):

@@ -587,7 +587,8 @@ def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
 /-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` (not
 elementwise only) over the same domain, its reads being `p`'s fragments (outside `p`'s
 streamed loop), row vectors and, when `p` writes each output element once from registers
-(neither online nor row-fused: a GEMM, a reduction), column vectors (axes exactly the
+(not online, and neither streaming nor reducing an axis of its domain: a GEMM, a row or
+column reduction), column vectors (axes exactly the
 domain's last axis: the bias of `X @ W + b`) and tensors over the whole domain (the residual
 of `X + H @ W` or of `X + Σ_k G·Y`). -/
 def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
@@ -603,12 +604,16 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
       let kp := p.kernel pk
       -- elementwise into elementwise is `fuse_elementwise` (the whole region at once)
       if p.domain pk != dom || elementwiseOnly p pk then continue
-      -- neither online nor row-fused (streaming an axis of its own domain): each output
-      -- element leaves registers once, so its epilogue may read column vectors and residuals
+      -- not online, and neither streaming nor reducing an axis of its own domain (a kernel
+      -- that does is row-fused): each output element leaves registers once, so its
+      -- epilogue may read column vectors and residuals
       let rowFused : Bool := match kp.stream with
         | some st => dom.contains st
         | none => false
-      let tile : Bool := !kp.online && !rowFused
+      let reducesDomain : Bool := kp.nodes.any fun n => match p.node n with
+        | .reduce _ ax _ => dom.contains ax
+        | _ => false
+      let tile : Bool := !kp.online && !rowFused && !reducesDomain
       let mut ok := true
       for a in ext do
         let fromP : Bool := p.owner a == some pk

@@ -81,8 +81,8 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
     """Sites ``(p, c)``: an elementwise kernel ``c`` reading kernel ``p`` (not elementwise
     only) over the same domain, its reads being ``p``'s fragments (outside ``p``'s streamed
     loop), row vectors (axes within the domain minus its last axis) and, when ``p`` writes
-    each output element once from registers (neither online nor row-fused: a GEMM, a
-    reduction), column vectors (axes exactly ``[last axis]``: the bias of ``X @ W + b``)
+    each output element once from registers (not online, and neither streaming nor reducing
+    an axis of its domain: a GEMM, a row or column reduction), column vectors (axes exactly ``[last axis]``: the bias of ``X @ W + b``)
     and tensors of the whole domain (the residual of ``X + H @ W`` or of ``X + Σ_k G·Y``,
     read once per output element), in a valid position (:func:`epilogue_position`)."""
     g, out = plan.graph, []
@@ -95,7 +95,10 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
             kp = plan.kernels[p]
             if plan.domain(p) != dom or elementwise_only(plan, p):
                 continue  # elementwise into elementwise: fuse_elementwise, the whole region
-            tile = not kp.online and not (kp.stream is not None and kp.stream in dom)
+            # each output element leaves registers once: not online, not streaming an axis
+            # of its domain, and no reduction over one (that kernel becomes row-fused)
+            tile = not kp.online and not (kp.stream is not None and kp.stream in dom) and \
+                not any(g.nodes[n].op == "reduce" and g.nodes[n].axis in dom for n in kp.nodes)
             ok = True
             for a in ext:
                 if plan.owner(a) == p:

@@ -233,7 +233,7 @@ def _check_rowreduce(spec: RowReduceSpec) -> None:
         for f in format_fields(expr, what):
             if f != own and f not in pos and f not in ins:
                 raise LoweringError(f"{what} {expr!r} uses {{{f}}}, which is neither {{{own}}}, "
-                                    f"a position {pos} nor an input {ins}")
+                                    f"a position {pos} nor one of the row inputs and gathers {ins}")
     for k, (_, dt) in enumerate(spec.more_outputs, 1):
         check_dtype(dt, f"dtype of output {k}", float32=True)
 
