@@ -1603,3 +1603,25 @@ def test_a_split_column_reduction_is_two_launches_through_scratch(tmp_path):
     assert set(funcs) == {name, f"{name}_combine"}
     for prim in funcs.values():
         assert "__global__" in tl.lower_to_cuda(prim)
+
+
+def test_split_configurations_give_every_split_tiles_and_typed_refusals():
+    """The space offers a split only when every split has reduction tiles to walk (129
+    tiles in 64 splits of 3 would leave 21 idle, yet count as filling the SMs); hand-built
+    configurations that cannot run are refused with what is wrong."""
+    from superopt.lower.kernels.colreduce import active_splits
+
+    spec = ColReduceSpec(4, 16480, 8, "sum", "{x}", inputs=(("x", "full", "float16"),))
+    assert active_splits(spec, ColConfig(128, 16, 128, 64)) == 43
+    for c in colreduce_config_space(spec, limit=None):
+        assert active_splits(spec, c) == c.splits, c
+    small = ColReduceSpec(3, 64, 8, "sum", "{x}", inputs=(("x", "full", "float16"),))
+    for bad, match in ((ColConfig(4, 8, 32, 2.0), "splits must be an int"),
+                       (ColConfig(4, 8, 32, True), "splits must be an int"),
+                       (ColConfig(4, 8, 32, 3), "power of two"),
+                       (ColConfig(4, 8, 32, 32), "a split needs a tile")):
+        with pytest.raises(LoweringError, match=match):
+            colreduce_source(small, bad)
+    folded = replace(small, outer=70_000)
+    with pytest.raises(LoweringError, match="fold the grid into x"):
+        colreduce_source(folded, ColConfig(4, 8, 32, 2))

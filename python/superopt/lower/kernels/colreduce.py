@@ -177,6 +177,10 @@ def _check_spec(s: ColReduceSpec) -> None:
 
 
 def _check_config(c: ColConfig) -> None:
+    for field in ("block_red", "block_cols", "threads", "splits"):
+        v = getattr(c, field)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise LoweringError(f"column reduction config {field} must be an int, got {v!r}")
     if c.threads % 32 or not 32 <= c.threads <= 1024:
         raise LoweringError(f"threads must be a multiple of 32 in [32, 1024], got {c.threads}")
     for what, v in (("block_red", c.block_red), ("block_cols", c.block_cols)):
@@ -218,10 +222,13 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
     if cfg.splits == 1:
         return _source(spec, cfg)
     tiles = ceil_div(max(spec.red, 1), cfg.block_red)
-    if fold_grid(ceil_div(spec.inner, cfg.block_cols), spec.outer) or cfg.splits > tiles:
-        raise LoweringError(f"column reduction {spec.name}: {cfg.splits} splits of "
-                            f"{tiles} reduction tiles over {spec.outer} outer rows: a split "
-                            "needs a tile each and an unfolded grid")
+    if fold_grid(ceil_div(spec.inner, cfg.block_cols), spec.outer):
+        raise LoweringError(f"column reduction {spec.name}: {spec.outer} outer rows fold the "
+                            f"grid into x (more than grid y's {HOPPER.max_grid_yz}), which "
+                            f"leaves no grid z for {cfg.splits} splits")
+    if cfg.splits > tiles:
+        raise LoweringError(f"column reduction {spec.name}: {cfg.splits} splits of {tiles} "
+                            f"reduction tiles of {cfg.block_red}: a split needs a tile")
     comb, comb_cfg = combine_kernel(spec, cfg)
     return _source(spec, cfg) + "\n\n" + colreduce_source(comb, comb_cfg)
 
@@ -333,7 +340,7 @@ def colreduce_cost(spec: ColReduceSpec, c: ColConfig) -> tuple:
     extra traffic of a split (the fp32 partials written and read again, relative to the
     input); then little padding; then 16 elements per thread per step (two 16-byte loads in
     flight in fp16); then rows of at least 64 columns; then 256 threads; then smaller tiles."""
-    blocks = ceil_div(spec.inner, c.block_cols) * spec.outer * c.splits
+    blocks = ceil_div(spec.inner, c.block_cols) * spec.outer * active_splits(spec, c)
     fill = min(blocks / (2 * HOPPER.num_sms), 1.0)
     sector = min(c.block_cols * _itemsize(spec) / 32, 1.0)
     red = max(spec.red, 1)
@@ -351,7 +358,7 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
 
     Candidates give every thread 4 to 32 elements per step, at least 8 columns a row (one
     16-byte access in fp16) and a tile no more than twice as tall or as wide as the view.
-    Where a tile's blocks do not fill twice the SMs, it is also offered split 2 to 32 ways
+    Where a tile's blocks do not fill twice the SMs, it is also offered split 2 to 128 ways
     along the reduced axis (each split at least two steps of it, the blocks at most four
     per SM): a tall, narrow reduction (a column sum of ``[10^6, 64]``, one pooled sequence)
     otherwise runs on a handful of SMs. Deterministic.
@@ -389,9 +396,17 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
     return cands if limit is None else cands[:limit]
 
 
+def active_splits(spec: ColReduceSpec, c: ColConfig) -> int:
+    """The splits that have reduction tiles to walk: each walks ``ceil(tiles / splits)``, so
+    when that does not divide the tiles the last ones have none (and write the identity)."""
+    tiles = ceil_div(max(spec.red, 1), c.block_red)
+    return min(c.splits, ceil_div(tiles, ceil_div(tiles, c.splits)))
+
+
 def _splits(spec: ColReduceSpec, c: ColConfig) -> list[ColConfig]:
     """``c`` split 2, 4, ... ways along the reduced axis, where its blocks do not fill twice
-    the SMs, each split walks at least two tiles, and the blocks stay within four per SM."""
+    the SMs, each split walks at least two tiles, every split has tiles to walk, and the
+    blocks stay within four per SM."""
     ncb = ceil_div(spec.inner, c.block_cols)
     blocks = ncb * spec.outer
     if fold_grid(ncb, spec.outer) or blocks >= 2 * HOPPER.num_sms:
@@ -399,6 +414,8 @@ def _splits(spec: ColReduceSpec, c: ColConfig) -> list[ColConfig]:
     tiles = ceil_div(max(spec.red, 1), c.block_red)
     out, k = [], 2
     while k <= MAX_SPLITS and tiles >= 2 * k and blocks * k <= 4 * HOPPER.num_sms:
-        out.append(ColConfig(c.block_red, c.block_cols, c.threads, k))
+        split = ColConfig(c.block_red, c.block_cols, c.threads, k)
+        if active_splits(spec, split) == k:
+            out.append(split)
         k *= 2
     return out

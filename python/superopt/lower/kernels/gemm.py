@@ -106,7 +106,8 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
     params += [f"{v}: T.Tensor({(s.batch, s.m, s.n)}, \"{d}\")" for v, d in s.c_inputs]
     params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
     extra = "".join(f" {what}={val}" for what, val in (
-        ("b_batch", s.b_batch), ("prologue", s.prologue or None),
+        ("b_batch", s.b_batch), ("b_batch_inner", s.b_batch_inner),
+        ("prologue", s.prologue or None),
         ("col_inputs", ",".join(s.col_inputs) or None),
         ("c_inputs", ",".join(c for c, _ in s.c_inputs) or None)) if val is not None)
 

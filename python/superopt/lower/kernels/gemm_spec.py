@@ -15,7 +15,9 @@ none)::
 B's batch ``b'`` is ``b`` or a divisor of it (``b_batch``): batch ``z`` of A and C reads
 batch ``z // (b / b')`` of B, so the K/V heads of grouped-query attention are read in place
 by every query head of their group (Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``: A's
-batch is ``b·g·r``, B's ``b·g``). Prologue and epilogue may read the integer position of the
+batch is ``b·g·r``, B's ``b·g``); or, when B's batch axes are a later run of the output's
+(``b_batch_inner``), batch ``(z // inner) % b'`` (per-head weights ``W[h, e, d]`` shared by
+the batch of ``O[b, h, t, e]``: ``z % h``). Prologue and epilogue may read the integer position of the
 element they compute (``{row}``, ``{col}``/``{kpos}``, ``{batch}``), which is how masks
 (``band``) render.
 

@@ -94,9 +94,11 @@ def _b_layout(b_axes: tuple, batch_axes: tuple, r: str, n_axis: str, k: int) -> 
     prefix of the output's."""
     layout, i, j = _b_run(b_axes, batch_axes, r, n_axis, k)
     if i:
-        raise LoweringError(f"kernel {k}: a GEMM chain's B operand axes {list(b_axes)} are "
-                            f"not a prefix of the batch axes [{', '.join(batch_axes)}]",
-                            path=f"kernels[{k}]")
+        raise LoweringError(f"kernel {k}: a GEMM chain reads each B operand's batch by a "
+                            f"prefix of the output's batch axes [{', '.join(batch_axes)}]; "
+                            f"the B over {list(b_axes)} has batch axes "
+                            f"{list(batch_axes[i:j])} (the unfused plans, one GEMM each, "
+                            f"read it)", path=f"kernels[{k}]")
     return layout, j
 
 
