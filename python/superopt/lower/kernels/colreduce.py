@@ -40,7 +40,7 @@ from ..target import HOPPER
 from .launches import LaunchCall, LaunchPlan, ScratchBuffer
 from .row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, check_gathers,
                          check_grid, fold_grid)
-from .rowwise import check_name
+from .rowwise import check_name, emit_tile_reduction
 from .spec_checks import check_dtype, format_fields
 from .tiling import ceil_div, check_padded
 
@@ -302,13 +302,7 @@ def _source(s: ColReduceSpec, c: ColConfig) -> str:
                 e(f'red = T.alloc_fragment(({bc},), "float32")')
                 if s.red > 0:
                     e(f'acc = T.alloc_fragment(({br}, {bc}), "float32")')
-                    e(f"T.fill(acc, {identity})")
-                    e(f"for ko in T.serial({per}):")
-                    with e.indent():
-                        e(f"for i, j in T.Parallel({br}, {bc}):")
-                        with e.indent():
-                            e(f"acc[i, j] = {combine}")
-                    e(f"T.reduce_{s.reduce}(acc, red, dim=0)")
+                    emit_tile_reduction(e, s.reduce, identity, per, br, bc, combine, dim=0)
                 else:
                     e(f"T.fill(red, {identity})")
                 e(f"for j in T.Parallel({bc}):")

@@ -314,13 +314,8 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
                 for r in s.row_inputs:
                     e(f"T.copy({r}[bx * {br}], {r}_s)")
                 if s.cols > 0:
-                    e(f"T.fill(acc, {identity})")
-                    e(f"for ko in T.serial({ceil_div(s.cols, bc)}):")
-                    with e.indent():
-                        e(f"for i, j in T.Parallel({br}, {bc}):")
-                        with e.indent():
-                            e(f"acc[i, j] = {combine}")
-                    e(f"T.reduce_{s.reduce}(acc, red, dim=1)")
+                    emit_tile_reduction(e, s.reduce, identity, ceil_div(s.cols, bc), br, bc,
+                                        combine, dim=1)
                 else:
                     e(f"T.fill(red, {identity})")
                 e(f"for i in T.Parallel({br}):")
@@ -338,6 +333,21 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
         e()
         e(f"return {s.name}")
     return e.text()
+
+
+def emit_tile_reduction(e: Lines, fn: str, identity: str, steps: int, br: int, bc: int,
+                        combine: str, dim: int) -> None:
+    """The accumulation the row and column reductions share: fill the ``[br, bc]`` fp32
+    fragment ``acc`` with the identity, fold one tile of terms into it per step
+    (``acc[i, j] = combine``) for ``steps`` steps, then reduce it along ``dim`` into ``red``
+    (``T.reduce_<fn>``: warp shuffles, and shared memory across warps)."""
+    e(f"T.fill(acc, {identity})")
+    e(f"for ko in T.serial({steps}):")
+    with e.indent():
+        e(f"for i, j in T.Parallel({br}, {bc}):")
+        with e.indent():
+            e(f"acc[i, j] = {combine}")
+    e(f"T.reduce_{fn}(acc, red, dim={dim})")
 
 
 def _check_elementwise(spec: ElementwiseSpec) -> None:
