@@ -82,9 +82,10 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
     only) over the same domain, its reads being ``p``'s fragments (outside ``p``'s streamed
     loop), row vectors (axes within the domain minus its last axis) and, when ``p`` writes
     each output element once from registers (not online, and neither streaming nor reducing
-    an axis of its domain: a GEMM, a row or column reduction), column vectors (axes exactly ``[last axis]``: the bias of ``X @ W + b``)
-    and tensors of the whole domain (the residual of ``X + H @ W`` or of ``X + Σ_k G·Y``,
-    read once per output element), in a valid position (:func:`epilogue_position`)."""
+    an axis of its domain: a GEMM, a row or column reduction), column vectors (axes exactly
+    ``[last axis]``: the bias of ``X @ W + b``) and tensors of the whole domain (the
+    residual of ``X + H @ W`` or of ``X + Σ_k G·Y``, read once per output element), in a
+    valid position (:func:`epilogue_position`)."""
     g, out = plan.graph, []
     for c in range(len(plan.kernels)):
         if not elementwise_only(plan, c):

@@ -222,7 +222,8 @@ def _launch_plan(kl: KernelLowering, cfg: Any):
     launch ``name(*params, output)``. A plan has ``funcs`` (each built by ``build_<func>()``
     in the family's source), ``scratch`` buffers (``name``, ``shape``, torch ``dtype``) and
     ``calls`` (``func``, ``args``: ``("param", i, view)``, ``("output", view)``,
-    ``("outputs",)`` (every output in its view) or ``("scratch", name)``); see :class:`superopt.lower.kernels.launches.LaunchPlan`."""
+    ``("outputs",)`` (every output in its view) or ``("scratch", name)``); see
+    :class:`superopt.lower.kernels.launches.LaunchPlan`."""
     declare = getattr(cfg, "launch_plan", None)
     return declare(kl.spec) if callable(declare) else None
 

@@ -14,8 +14,12 @@ it loads. One cross-thread reduction over the tile's rows (``T.reduce_* (dim=0)`
 block, and the threads that own the reduced columns apply ``post`` and store.
 
 Grid: ``(ceil(inner / block_cols), outer)``, folded into x when ``outer`` exceeds grid y's
-65535 (:func:`~.row_launch.fold_grid`). Inputs are ``"full"`` (``[outer, red, inner]``),
-``"out"`` (``[outer, inner]``, what ``post`` and ``pre`` may read per output element) or
+65535 (:func:`~.row_launch.fold_grid`). Where those blocks do not fill the SMs (a tall,
+narrow reduction), a configuration may split each column tile's reduction over grid z
+(:attr:`ColConfig.splits`): the partials go to fp32 scratch and a second launch combines
+them (:func:`combine_kernel`, :meth:`ColConfig.launch_plan`). Inputs are ``"full"``
+(``[outer, red, inner]``), ``"out"`` (``[outer, inner]``, what ``post`` and ``pre`` may read
+per output element) or
 gathered (:class:`~.row_launch.Gather`, any other subset of the axes, read at a computed
 offset). Padded rows of the reduced axis contribute the reduction's identity (0 for sum,
 ``-inf`` for max), never ``pre(0)``; padded columns are never stored. Expressions may name
@@ -23,11 +27,12 @@ the position through ``{_row}`` (the flattened outer axes), ``{_red}`` (``pre`` 
 ``{_col}`` (the flattened inner axes).
 
 Public API: :class:`ColReduceSpec`, :class:`ColConfig`, :func:`colreduce_source`,
-:func:`colreduce_grid`, :func:`colreduce_config_space`, :func:`colreduce_cost`.
+:func:`colreduce_grid`, :func:`colreduce_config_space`, :func:`colreduce_cost`,
+:func:`combine_kernel`, :func:`active_splits`.
 
 Owns: the column-reduction family (spec, configuration space, cost, source). Imports the
-shared checks, :mod:`.row_launch`, the row families' name check and the emitter; no other
-family.
+shared checks, :mod:`.row_launch`, :mod:`.launches`, the row families' name check and tile
+accumulation, and the emitter; no other family.
 """
 
 from __future__ import annotations
@@ -94,9 +99,10 @@ class ColConfig:
         block_cols: inner columns a block owns (a power of two, >= 8).
         threads: threads per block (128 or 256 in the space; a multiple of 32 up to 1024).
         splits: blocks sharing one column tile along the reduced axis (a power of two up
-            to :data:`MAX_SPLITS`; split-K for a reduction whose columns alone do not fill the SMs): each
-            writes its fp32 partials to scratch ``[outer, splits, inner]``, and a combine
-            kernel (:func:`combine_kernel`) reduces them and applies ``post``.
+            to :data:`MAX_SPLITS`; split-K for a reduction whose columns alone do not fill
+            the SMs): each writes its fp32 partials to scratch ``[outer, splits, inner]``,
+            and a combine kernel (:func:`combine_kernel`) reduces them and applies
+            ``post``.
     """
 
     block_red: int

@@ -17,9 +17,9 @@ batch ``z // (b / b')`` of B, so the K/V heads of grouped-query attention are re
 by every query head of their group (Q ``[b, g, r, t, d]`` against K ``[b, g, t, d]``: A's
 batch is ``b·g·r``, B's ``b·g``); or, when B's batch axes are a later run of the output's
 (``b_batch_inner``), batch ``(z // inner) % b'`` (per-head weights ``W[h, e, d]`` shared by
-the batch of ``O[b, h, t, e]``: ``z % h``). Prologue and epilogue may read the integer position of the
-element they compute (``{row}``, ``{col}``/``{kpos}``, ``{batch}``), which is how masks
-(``band``) render.
+the batch of ``O[b, h, t, e]``: ``z % h``). Prologue and epilogue may read the integer
+position of the element they compute (``{row}``, ``{col}``/``{kpos}``, ``{batch}``), which is
+how masks (``band``) render.
 
 A, B, B2 are a storage dtype (:data:`superopt.dtypes.STORAGE_DTYPES`: fp16 or bf16),
 accumulation is fp32, C is a storage dtype or fp32; A inputs, row, column and k inputs are a

@@ -248,8 +248,8 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: ``X [rows, cols]`` (spec.dtype), one ``[rows]`` per row input (in
-    order, each in its dtype), one ``[extent]`` per gather, ``Out [rows]`` (spec.out_dtype), then ``Out1, ...`` of
-    ``more_outputs``. Grid: :func:`rowreduce_grid`.
+    order, each in its dtype), one ``[extent]`` per gather, ``Out [rows]`` (spec.out_dtype),
+    then ``Out1, ...`` of ``more_outputs``. Grid: :func:`rowreduce_grid`.
 
     Raises:
         LoweringError: an invalid spec or config, or a grid beyond the target's limits.
@@ -385,8 +385,8 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: the inputs in order (``[rows, cols]``, ``[rows]`` or ``[cols]``
-    by kind, each in its dtype), the gathers (``[extent]``), then ``Out [rows, cols]`` (spec.out_dtype) and ``Out1, ...``
-    of ``more_outputs``. Grid: :func:`elementwise_grid`.
+    by kind, each in its dtype), the gathers (``[extent]``), then ``Out [rows, cols]``
+    (spec.out_dtype) and ``Out1, ...`` of ``more_outputs``. Grid: :func:`elementwise_grid`.
 
     Raises:
         LoweringError: an invalid spec or config, or a grid beyond the target's limits.
