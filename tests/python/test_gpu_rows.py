@@ -350,6 +350,12 @@ def _builds() -> list[Build]:
               dtype="bfloat16", family="colreduce",
               config={"k0.block_red": 64, "k0.block_cols": 16, "k0.threads": 128,
                       "k0.splits": 4}),
+        # an inner extent below 8: rows-oriented tiles (threads along the reduced axis)
+        Build("colreduce-rows-inner3", sentence_mean_pool(b=50, t=300, d=3),
+              _with_family(sentence_mean_pool(b=50, t=300, d=3), "colreduce"),
+              family="colreduce", inputs={"M": (1.0, 0.1)}),
+        Build("colreduce-rows-max-inner1", _middle_max(4096, 300, 1),
+              _literal(_middle_max(4096, 300, 1)), family="colreduce", exact=True),
         Build("colreduce-folded-grid", mixtral_moe_combine(t=70_000, k=3, d=8),
               _with_family(mixtral_moe_combine(t=70_000, k=3, d=8), "colreduce", kernels=1),
               family="colreduce"),

@@ -1387,7 +1387,8 @@ def _col_spec(outer, red, inner, **kw):
 
 
 @pytest.mark.parametrize("outer,red,inner", [(8, 4096, 4096), (3, 1000, 300), (1, 7, 33),
-                                             (70_000, 3, 8), (5, 0, 16), (2, 300, 1)])
+                                             (70_000, 3, 8), (5, 0, 16), (2, 300, 1),
+                                             (300, 50, 1), (5, 37, 3)])
 def test_every_config_of_the_column_space_lowers(outer, red, inner, tmp_path):
     """Every tile of the space lowers to CUDA, at ragged sizes, an empty reduced axis, one
     column, and more outer rows than grid y holds (folded into x); the launch grid is
@@ -1530,11 +1531,11 @@ def test_a_kernel_with_only_empty_outputs_is_not_built_but_its_tensor_is(tmp_pat
 def _emulated(g, pick, limit=None):
     """Every column-reduction kernel of every derivation of ``g``, run from its generated
     source by the float64 emulator (``tl_emulator.py``) under the configurations ``pick``
-    chooses from its space: (checked, the kernel keys with a split configuration)."""
+    chooses from its space: (checked, the kernels run split, the kernels run rows-oriented)."""
     import tl_emulator
 
     x = {n: np.random.default_rng(3).standard_normal(sh) * 2 for n, sh in g.inputs}
-    checked, split = 0, set()
+    checked, split, rows = 0, set(), set()
     for d in derive_all(g):
         values = evaluate(d.plan.graph, x, all_nodes=True)
         try:
@@ -1559,24 +1560,30 @@ def _emulated(g, pick, limit=None):
                 checked += 1
                 if cfg.splits > 1:
                     split.add(kl.spec.name)
-    return checked, split
+                if cfg.rows:
+                    rows.add(kl.spec.name)
+    return checked, split, rows
 
 
 @pytest.mark.parametrize("graph", [
     lambda: g_moe_combine(e=640, t=3, d=20),  # tall, narrow: splits (640 = 5 x 128: an overrun)
     lambda: g_pool(b=3, t=37, d=70),               # a bias in the epilogue, ragged tiles
     lambda: g_middle_max_masked(h=3, t_q=40, t_kv=9),  # max, -1e4 mask, three position groups
-], ids=["moe_tall", "pool", "masked_max"])
+    lambda: g_pool(b=5, t=37, d=3),          # inner 3: rows-oriented tiles
+    lambda: g_middle_max_masked(h=2, t_q=45, t_kv=2),  # inner 2, a max with the mask
+], ids=["moe_tall", "pool", "masked_max", "rows_sum", "rows_max"])
 def test_column_reduction_source_emulated_matches_the_graph(graph):
     """The generated TileLang text of the column reductions, executed in float64 by the
     emulator (every tile, guard and index as written; split configurations as their two
     launches through the scratch): the graph's values, and no access out of bounds."""
-    checked, split = _emulated(graph(), lambda space: space[:3] + [c for c in space
-                                                                   if c.splits > 1][:4])
+    checked, split, rows = _emulated(graph(), lambda space: space[:3] + [
+        c for c in space if c.splits > 1][:4] + [c for c in space if c.rows][-3:])
     assert checked
     g = graph()
-    if g.name == "moe_combine":
+    if g.name == "moe_combine" and g.size("e") == 640:
         assert split  # a [3, 640, 20] reduction is offered split configurations
+    if min(g.size(a) for a in ("d", "t_kv") if a in g.sizes) < 8:
+        assert rows  # an inner extent below 8: rows-oriented tiles
 
 
 def test_a_split_column_reduction_is_two_launches_through_scratch(tmp_path):
@@ -1625,3 +1632,21 @@ def test_split_configurations_give_every_split_tiles_and_typed_refusals():
     folded = replace(small, outer=70_000)
     with pytest.raises(LoweringError, match="fold the grid into x"):
         colreduce_source(folded, ColConfig(4, 8, 32, 2))
+
+
+def test_inner_extents_below_eight_get_rows_oriented_tiles(tmp_path):
+    """A reduction over a middle axis with a trailing axis of 1 to 7 (``[n, c, 1]``, RoPE's
+    pair axis): a column tile of 8 would leave most lanes idle (the hostile pass's
+    ``if ((threadIdx.x & 7) < 1)``), so the space ranks rows-oriented tiles first, whose
+    threads walk the reduced axis; none is split, and they lower to CUDA."""
+    for outer, red, inner in ((4096, 4096, 1), (65536, 64, 2), (5, 37, 3)):
+        spec = _col_spec(outer, red, inner)
+        space = colreduce_config_space(spec, limit=None)
+        best = space[0]
+        assert best.rows and best.splits == 1, (outer, red, inner, best)
+        cuda, launch = lower(tmp_path, colreduce_source(spec, best), spec.name)
+        assert tuple(launch["grid"]) == colreduce_grid(spec, best)
+        assert "(threadIdx.x & 7) < 1" not in cuda
+    assert not any(c.rows for c in colreduce_config_space(_col_spec(8, 4096, 4096), limit=None))
+    with pytest.raises(LoweringError, match="not split"):
+        colreduce_source(_col_spec(5, 37, 3), ColConfig(32, 4, 32, 2, rows=True))

@@ -103,12 +103,18 @@ class ColConfig:
             the SMs): each writes its fp32 partials to scratch ``[outer, splits, inner]``,
             and a combine kernel (:func:`combine_kernel`) reduces them and applies
             ``post``.
+        rows: the tile's orientation turned (for inner extents below 8, where a column
+            tile of 8 would leave most of its lanes idle): a block owns ``block_cols``
+            output elements (``(outer, inner)`` pairs) and its threads walk the reduced
+            axis along the fast dimension, ``block_red`` positions a step, as a row
+            reduction does (then ``T.reduce_*(dim=1)``); never split.
     """
 
     block_red: int
     block_cols: int
     threads: int
     splits: int = 1
+    rows: bool = False
 
     def launch_plan(self, spec: ColReduceSpec) -> LaunchPlan | None:
         """None for one launch; with ``splits > 1`` the partial pass over every input, then
@@ -187,6 +193,10 @@ def _check_config(c: ColConfig) -> None:
         v = getattr(c, field)
         if not isinstance(v, int) or isinstance(v, bool):
             raise LoweringError(f"column reduction config {field} must be an int, got {v!r}")
+    if not isinstance(c.rows, bool):
+        raise LoweringError(f"column reduction config rows must be a bool, got {c.rows!r}")
+    if c.rows and c.splits != 1:
+        raise LoweringError("a rows-oriented column reduction is not split")
     if c.threads % 32 or not 32 <= c.threads <= 1024:
         raise LoweringError(f"threads must be a multiple of 32 in [32, 1024], got {c.threads}")
     for what, v in (("block_red", c.block_red), ("block_cols", c.block_cols)):
@@ -202,6 +212,8 @@ def _check_config(c: ColConfig) -> None:
 def colreduce_grid(spec: ColReduceSpec, cfg: ColConfig) -> tuple[int, int, int]:
     """``(column blocks, outer, splits)``, or ``(column blocks * outer, 1, 1)`` when
     ``outer`` exceeds grid y's limit (no split then)."""
+    if cfg.rows:
+        return (ceil_div(spec.outer * spec.inner, cfg.block_cols), 1, 1)
     ncb = ceil_div(spec.inner, cfg.block_cols)
     if fold_grid(ncb, spec.outer):
         return (ncb * spec.outer, 1, 1)
@@ -225,6 +237,8 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
     """
     _check_spec(spec)
     _check_config(cfg)
+    if cfg.rows:
+        return _rows_source(spec, cfg)
     if cfg.splits == 1:
         return _source(spec, cfg)
     tiles = ceil_div(max(spec.red, 1), cfg.block_red)
@@ -237,6 +251,83 @@ def colreduce_source(spec: ColReduceSpec, cfg: ColConfig) -> str:
                             f"reduction tiles of {cfg.block_red}: a split needs a tile")
     comb, comb_cfg = combine_kernel(spec, cfg)
     return _source(spec, cfg) + "\n\n" + colreduce_source(comb, comb_cfg)
+
+
+def _fields(s: ColReduceSpec, at: dict, pos: dict) -> dict:
+    """The fp32 text of every input's element at the tile position (``at`` per kind, the
+    gathers at their index over ``pos``)."""
+    fields = {n: f"T.Cast(\"float32\", {n}{at[kind]})" for n, kind, _ in s.inputs}
+    fields.update({g.name: f"T.Cast(\"float32\", {g.name}[{g.index.format(**pos)}])"
+                   for g in s.gathers})
+    return fields
+
+
+def _rows_source(s: ColReduceSpec, c: ColConfig) -> str:
+    """The rows-oriented kernel (:attr:`ColConfig.rows`): block ``bx`` owns output elements
+    ``p = bx * block_cols + i`` (``o = p // inner``, ``c = p % inner``); its threads walk the
+    reduced axis along ``j``."""
+    pairs, red_eff = s.outer * s.inner, max(s.red, 1)
+    bp, br = c.block_cols, c.block_red
+    # the largest offset formed: the last padded pair's outer row, at the view's strides
+    check_padded("column reduction X", ((ceil_div(ceil_div(pairs, bp) * bp, s.inner), 1),
+                                        (red_eff, br), (s.inner, 1)))
+    grid = colreduce_grid(s, c)
+    check_grid(grid, f"column reduction {s.name}")
+    p = f"(bx * {bp} + i)"
+    o, cpos, rpos = f"({p} // {s.inner})", f"({p} % {s.inner})", f"(ko * {br} + j)"
+    pos = {ROW_FIELD: o, RED_FIELD: rpos, COL_FIELD: cpos}
+    fields = _fields(s, {"full": f"[{o}, {rpos}, {cpos}]", "out": f"[{o}, {cpos}]"}, pos)
+    identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
+    guards = ([f"{rpos} < {s.red}"] if s.red % br else []) + \
+        ([f"{p} < {pairs}"] if pairs % bp else [])
+    pre = s.pre.format(**fields, **pos)
+    term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
+    combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
+    outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", q, dt)
+                                              for k, (q, dt) in enumerate(s.more_outputs, 1)]
+    post_fields = {**fields, ROW_FIELD: o, COL_FIELD: cpos, "r": "red[i]"}
+    shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
+
+    e = Lines()
+    e(f"def build_{s.name}():")
+    with e.indent():
+        e(f'"""{s.name}: column {s.reduce} over [{s.outer}, {s.red}, {s.inner}] -> '
+          f'{len(outs)} x [{s.outer}, {s.inner}] {"/".join(dt for _, _, dt in outs)}; rows '
+          f'of {bp} outputs x {br} reduced positions, {c.threads} threads."""')
+        e()
+        e("@T.prim_func")
+        e(f"def {s.name}(")
+        with e.indent():
+            for n, kind, dt in s.inputs:
+                e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+            for g in s.gathers:
+                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
+            for name, _, dt in outs:
+                e(f'{name}: T.Tensor(({s.outer}, {s.inner}), "{dt}"),')
+        e("):")
+        with e.indent():
+            e(f"with T.Kernel({grid[0]}, threads={c.threads}) as bx:")
+            with e.indent():
+                e(f'red = T.alloc_fragment(({bp},), "float32")')
+                if s.red > 0:
+                    e(f'acc = T.alloc_fragment(({bp}, {br}), "float32")')
+                    emit_tile_reduction(e, s.reduce, identity, ceil_div(s.red, br), bp, br,
+                                        combine, dim=1)
+                else:
+                    e(f"T.fill(red, {identity})")
+                e(f"for i in T.Parallel({bp}):")
+                with e.indent():
+                    if pairs % bp:
+                        e(f"if {p} < {pairs}:")
+                        e.indent()
+                    for name, post, dt in outs:
+                        e(f"{name}[{o}, {cpos}] = T.Cast(\"{dt}\", "
+                          f"{post.format(**post_fields)})")
+                    if pairs % bp:
+                        e.dedent()
+        e()
+        e(f"return {s.name}")
+    return e.text()
 
 
 def _source(s: ColReduceSpec, c: ColConfig) -> str:
@@ -260,9 +351,7 @@ def _source(s: ColReduceSpec, c: ColConfig) -> str:
     pos = {ROW_FIELD: f"({ob})", RED_FIELD: f"({rpos})", COL_FIELD: f"({col})"}
     at = {"full": f"[{ob}, {rpos}, {col}]", "out": f"[{ob}, {col}]"}
     shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
-    fields = {n: f"T.Cast(\"float32\", {n}{at[kind]})" for n, kind, _ in s.inputs}
-    fields.update({g.name: f"T.Cast(\"float32\", {g.name}[{g.index.format(**pos)}])"
-                   for g in s.gathers})
+    fields = _fields(s, at, pos)
     identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
     pre = s.pre.format(**fields, **pos)
     guards = [f"{rpos} < {s.red}"] if s.red % br or per * c.splits * br != red_eff else []
@@ -340,10 +429,21 @@ def colreduce_cost(spec: ColReduceSpec, c: ColConfig) -> tuple:
     extra traffic of a split (the fp32 partials written and read again, relative to the
     input); then little padding; then 16 elements per thread per step (two 16-byte loads in
     flight in fp16); then rows of at least 64 columns; then 256 threads; then smaller tiles."""
+    red = max(spec.red, 1)
+    if c.rows:  # a block's threads walk the reduced axis; its outputs share the sectors
+        pairs = spec.outer * spec.inner
+        fill = min(ceil_div(pairs, c.block_cols) / (2 * HOPPER.num_sms), 1.0)
+        sector = 1.0
+        padded = ceil_div(red, c.block_red) * c.block_red * ceil_div(pairs, c.block_cols) \
+            * c.block_cols
+        waste = round(padded / (red * pairs), 1)
+        ept = c.block_red * c.block_cols // c.threads
+        return (-round(fill * sector, 1), 0.0, waste, abs(ept - 16), False,
+                c.threads != 256, 1, c.block_red * c.block_cols)
     blocks = ceil_div(spec.inner, c.block_cols) * spec.outer * active_splits(spec, c)
     fill = min(blocks / (2 * HOPPER.num_sms), 1.0)
-    sector = min(c.block_cols * _itemsize(spec) / 32, 1.0)
-    red = max(spec.red, 1)
+    # the bytes of a tile row that are real columns: a tile wider than the view reads less
+    sector = min(min(c.block_cols, spec.inner) * _itemsize(spec) / 32, 1.0)
     extra = round(8 * c.splits / (red * _itemsize(spec)), 1) if c.splits > 1 else 0.0
     padded = ceil_div(red, c.block_red) * c.block_red * ceil_div(spec.inner, c.block_cols) \
         * c.block_cols
@@ -386,6 +486,8 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
                     continue
                 cands.append(ColConfig(br, bc, threads))
                 cands += _splits(spec, cands[-1])
+    if inner < 8:
+        cands += _rows_configs(spec)
     cands.sort(key=lambda c: colreduce_cost(spec, c))
     if not cands and overflow is not None:
         raise LoweringError(f"no tile fits the [{spec.outer}, {spec.red}, {inner}] column "
@@ -394,6 +496,29 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
     if not cands:  # a tiny view: one warp
         cands = [ColConfig(1, 32, 32)]
     return cands if limit is None else cands[:limit]
+
+
+def _rows_configs(spec: ColReduceSpec) -> list[ColConfig]:
+    """Rows-oriented tiles (:attr:`ColConfig.rows`) for an inner extent below 8: 4 to 32
+    elements per thread a step, a step no more than twice the reduced extent, whose padded
+    view an int32 index reaches."""
+    red, pairs = max(spec.red, 1), spec.outer * spec.inner
+    out = []
+    for threads in (128, 256):
+        for bp in (1, 2, 4, 8, 16, 32, 64):
+            for br in (32, 64, 128, 256, 512, 1024, 2048):
+                ept = bp * br // threads
+                if (bp * br) % threads or not 4 <= ept <= 32:
+                    continue
+                if br > 32 and br > 2 * red or bp > 1 and bp > 2 * pairs:
+                    continue
+                try:
+                    check_padded("v", ((ceil_div(ceil_div(pairs, bp) * bp, spec.inner), 1),
+                                       (red, br), (spec.inner, 1)))
+                except LoweringError:
+                    continue
+                out.append(ColConfig(br, bp, threads, rows=True))
+    return out
 
 
 def active_splits(spec: ColReduceSpec, c: ColConfig) -> int:
