@@ -45,7 +45,7 @@ from ..target import HOPPER
 from .launches import LaunchCall, LaunchPlan, ScratchBuffer
 from .row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, check_gathers,
                          check_grid, fold_grid)
-from .rowwise import check_name, emit_tile_reduction
+from .rowwise import check_name, emit_signature, emit_tile_reduction
 from .spec_checks import check_dtype, format_fields
 from .tiling import ceil_div, check_padded
 
@@ -262,6 +262,25 @@ def _fields(s: ColReduceSpec, at: dict, pos: dict) -> dict:
     return fields
 
 
+def _reduction_text(s: ColReduceSpec, pre: str, guards: list[str]) -> tuple[str, str, list]:
+    """(identity, the tile's combine ``acc[i, j] = ...`` with the guarded term, the outputs
+    ``(name, post, dtype)``) both orientations share."""
+    identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
+    term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
+    combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
+    outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", q, dt)
+                                              for k, (q, dt) in enumerate(s.more_outputs, 1)]
+    return identity, combine, outs
+
+
+def _params(s: ColReduceSpec, outs: list, out_shape: tuple) -> list[tuple[str, tuple, str]]:
+    """The prim_func's parameters: inputs by kind, gathers, then the outputs."""
+    shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
+    return ([(n, shape[kind], dt) for n, kind, dt in s.inputs]
+            + [(g.name, (g.extent,), g.dtype) for g in s.gathers]
+            + [(name, out_shape, dt) for name, _, dt in outs])
+
+
 def _rows_source(s: ColReduceSpec, c: ColConfig) -> str:
     """The rows-oriented kernel (:attr:`ColConfig.rows`): block ``bx`` owns output elements
     ``p = bx * block_cols + i`` (``o = p // inner``, ``c = p % inner``); its threads walk the
@@ -277,16 +296,10 @@ def _rows_source(s: ColReduceSpec, c: ColConfig) -> str:
     o, cpos, rpos = f"({p} // {s.inner})", f"({p} % {s.inner})", f"(ko * {br} + j)"
     pos = {ROW_FIELD: o, RED_FIELD: rpos, COL_FIELD: cpos}
     fields = _fields(s, {"full": f"[{o}, {rpos}, {cpos}]", "out": f"[{o}, {cpos}]"}, pos)
-    identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
     guards = ([f"{rpos} < {s.red}"] if s.red % br else []) + \
         ([f"{p} < {pairs}"] if pairs % bp else [])
-    pre = s.pre.format(**fields, **pos)
-    term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
-    combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
-    outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", q, dt)
-                                              for k, (q, dt) in enumerate(s.more_outputs, 1)]
+    identity, combine, outs = _reduction_text(s, s.pre.format(**fields, **pos), guards)
     post_fields = {**fields, ROW_FIELD: o, COL_FIELD: cpos, "r": "red[i]"}
-    shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
 
     e = Lines()
     e(f"def build_{s.name}():")
@@ -295,16 +308,7 @@ def _rows_source(s: ColReduceSpec, c: ColConfig) -> str:
           f'{len(outs)} x [{s.outer}, {s.inner}] {"/".join(dt for _, _, dt in outs)}; rows '
           f'of {bp} outputs x {br} reduced positions, {c.threads} threads."""')
         e()
-        e("@T.prim_func")
-        e(f"def {s.name}(")
-        with e.indent():
-            for n, kind, dt in s.inputs:
-                e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
-            for g in s.gathers:
-                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
-            for name, _, dt in outs:
-                e(f'{name}: T.Tensor(({s.outer}, {s.inner}), "{dt}"),')
-        e("):")
+        emit_signature(e, s.name, _params(s, outs, (s.outer, s.inner)))
         with e.indent():
             e(f"with T.Kernel({grid[0]}, threads={c.threads}) as bx:")
             with e.indent():
@@ -350,17 +354,11 @@ def _source(s: ColReduceSpec, c: ColConfig) -> str:
     rpos = f"(bz * {per} + ko) * {br} + i" if split else f"ko * {br} + i"
     pos = {ROW_FIELD: f"({ob})", RED_FIELD: f"({rpos})", COL_FIELD: f"({col})"}
     at = {"full": f"[{ob}, {rpos}, {col}]", "out": f"[{ob}, {col}]"}
-    shape = {"full": (s.outer, s.red, s.inner), "out": (s.outer, s.inner)}
     fields = _fields(s, at, pos)
-    identity = "0.0" if s.reduce == "sum" else "-T.infinity(\"float32\")"
-    pre = s.pre.format(**fields, **pos)
     guards = [f"{rpos} < {s.red}"] if s.red % br or per * c.splits * br != red_eff else []
     if s.inner % bc:
         guards.append(f"{col} < {s.inner}")
-    term = f"T.if_then_else({' and '.join(guards)}, {pre}, {identity})" if guards else pre
-    combine = f"acc[i, j] + {term}" if s.reduce == "sum" else f"T.max(acc[i, j], {term})"
-    outs = [("Out", s.post, s.out_dtype)] + [(f"Out{k}", p, dt)
-                                              for k, (p, dt) in enumerate(s.more_outputs, 1)]
+    identity, combine, outs = _reduction_text(s, s.pre.format(**fields, **pos), guards)
     if split:  # the partials, before any post
         outs = [("Part", "{r}", "float32")]
     post_fields = {n: f for n, f in fields.items()}
@@ -374,17 +372,8 @@ def _source(s: ColReduceSpec, c: ColConfig) -> str:
           f'{br}x{bc}, {c.threads} threads{", grid folded into x" if folded else ""}'
           f'{f", split {c.splits} ways into Part" if split else ""}."""')
         e()
-        e("@T.prim_func")
-        e(f"def {s.name}(")
-        with e.indent():
-            for n, kind, dt in s.inputs:
-                e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
-            for g in s.gathers:
-                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
-            for name, _, dt in outs:
-                shape_out = (s.outer, c.splits, s.inner) if split else (s.outer, s.inner)
-                e(f'{name}: T.Tensor({shape_out}, "{dt}"),')
-        e("):")
+        emit_signature(e, s.name, _params(s, outs, (s.outer, c.splits, s.inner) if split
+                                          else (s.outer, s.inner)))
         with e.indent():
             if folded:
                 e(f"with T.Kernel({grid[0]}, threads={c.threads}) as b:")

@@ -292,17 +292,10 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
           f'{len(outs)} x [{s.rows}] {"/".join(dt for _, _, dt in outs)}; block {br}x{bc}, '
           f'{c.threads} threads."""')
         e()
-        e("@T.prim_func")
-        e(f"def {s.name}(")
-        with e.indent():
-            e(f'X: T.Tensor(({s.rows}, {s.cols}), "{s.dtype}"),')
-            for r, dt in zip(s.row_inputs, s.row_input_dtypes()):
-                e(f'{r}: T.Tensor(({s.rows},), "{dt}"),')
-            for g in s.gathers:
-                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
-            for name, _, dt in outs:
-                e(f'{name}: T.Tensor(({s.rows},), "{dt}"),')
-        e("):")
+        emit_signature(e, s.name, [("X", (s.rows, s.cols), s.dtype)]
+                       + [(r, (s.rows,), dt) for r, dt in zip(s.row_inputs, s.row_input_dtypes())]
+                       + [(g.name, (g.extent,), g.dtype) for g in s.gathers]
+                       + [(name, (s.rows,), dt) for name, _, dt in outs])
         with e.indent():
             e(f"with T.Kernel({rowreduce_grid(s, c)[0]}, threads={c.threads}) as bx:")
             with e.indent():
@@ -333,6 +326,18 @@ def rowreduce_source(spec: RowReduceSpec, cfg: RowConfig) -> str:
         e()
         e(f"return {s.name}")
     return e.text()
+
+
+def emit_signature(e: Lines, name: str, params: list[tuple[str, tuple, str]]) -> None:
+    """``@T.prim_func`` and ``def <name>(...)`` with one ``T.Tensor(shape, dtype)`` per
+    ``(parameter, shape, dtype)``, in order (the row families' kernels: inputs, gathers,
+    outputs)."""
+    e("@T.prim_func")
+    e(f"def {name}(")
+    with e.indent():
+        for n, shape, dt in params:
+            e(f'{n}: T.Tensor({tuple(shape)}, "{dt}"),')
+    e("):")
 
 
 def emit_tile_reduction(e: Lines, fn: str, identity: str, steps: int, br: int, bc: int,
@@ -427,16 +432,9 @@ def elementwise_source(spec: ElementwiseSpec, cfg: RowConfig) -> str:
           f'{"/".join(dt for _, _, dt in outs)}; block {br}x{bc}, {c.threads} threads'
           f'{", grid folded into x" if folded else ""}."""')
         e()
-        e("@T.prim_func")
-        e(f"def {s.name}(")
-        with e.indent():
-            for n, kind, dt in s.inputs:
-                e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
-            for g in s.gathers:
-                e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
-            for name, _, dt in outs:
-                e(f'{name}: T.Tensor(({s.rows}, {s.cols}), "{dt}"),')
-        e("):")
+        emit_signature(e, s.name, [(n, shape[kind], dt) for n, kind, dt in s.inputs]
+                       + [(g.name, (g.extent,), g.dtype) for g in s.gathers]
+                       + [(name, (s.rows, s.cols), dt) for name, _, dt in outs])
         with e.indent():
             if folded:
                 e(f"with T.Kernel({grid[0]}, threads={c.threads}) as b:")
