@@ -723,6 +723,30 @@ def test_empty_batch_module_launches_nothing(tmp_path):
         launch(out, torch.empty(0, 16, dtype=torch.float16), torch.zeros(8, 16, dtype=torch.float16))
 
 
+def test_gathered_input_over_an_empty_axis_is_passed_as_a_stand_in(monkeypatch):
+    """A MoE combine with top_k = 0, ``X[t, d] + Σ_k G[t, k] · Y[t, k, d]`` in one column
+    reduction: the gate G [5, 0] is gathered, which a kernel declares with one element (a
+    TileLang buffer has extent >= 1); the launcher passes a one-element stand-in (viewing G
+    as [1] would fail) and the kernel still runs, to write X into the output."""
+    b = DagBuilder("moe_combine_top0", [("t", 5), ("k", 0), ("d", 16)])
+    y, gate, x = b.input("Y", ["t", "k", "d"]), b.input("G", ["t", "k"]), b.input("X", ["t", "d"])
+    b.output(b.add(x, b.red("sum", "k", b.mul(y, gate))))
+    g = b.build()
+    d = next(x for x in derive_all(g) if lowerable(x.plan)
+             and match_plan(x.plan).families == ("colreduce",))
+    mod = _module(g, d.derivation)
+    launch, log = _fake_launcher(mod, monkeypatch)
+    out, ins = _good_args(mod, "float16")
+    launch(out, *ins)
+    [(name, shapes, tensors)] = log
+    assert name.endswith("colreduce")
+    assert sorted(shapes) == sorted([(5, 0, 16), (5, 16), (1,), (5, 16)])
+    stand_in = tensors[shapes.index((1,))]
+    assert stand_in.dtype == torch.float16 and not any(
+        stand_in.data_ptr() == t.data_ptr() for t in ins + [out])
+    assert tensors[-1].data_ptr() == out.data_ptr()
+
+
 # =========================================================================================
 # 5. Isolation: faulty kernels are recorded, the search goes on, top-1 is the right one
 # =========================================================================================

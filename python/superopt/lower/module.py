@@ -185,6 +185,13 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
     for nid, view in inter:
         dt = f"torch.{storage_dtype(plan, nid, dtype)}"
         lines.append(f"    t{nid} = torch.empty({view!r}, dtype={dt}, device=device)")
+    # an empty tensor a kernel declares with one element (a gathered input over an empty
+    # axis: TileLang buffers have extent >= 1) is passed as a one-element stand-in, allocated
+    # once; the kernel's domain is empty along that axis, so it never reads it
+    stand_ins = _stand_ins(g, kls_run, plans)
+    for nid, view in stand_ins:
+        lines.append(f"    {_stand_in_name(nid)} = torch.zeros({view!r}, "
+                     f"dtype=torch.{storage_dtype(plan, nid, dtype)}, device=device)")
     lines += ["", f"    def launch({out_names}, {arg_names}):"]
     dt_in = f"torch.{dtype}"
     for (nm, shape), nid in zip(inputs, g.input_ids):
@@ -203,14 +210,10 @@ def module_source(match: PlanMatch, configs: list, *, header: str = "") -> str:
         lines.append("        return  # an empty output: nothing to launch")
     for kl, lp in zip(kls_run, plans):
         if lp is not None:
-            lines += _plan_calls(kl, lp, names)
+            lines += _plan_calls(g, kl, lp, names)
             continue
-        args = []
-        for nid, view in kl.params:
-            ref = names.get(nid, f"t{nid}")
-            args.append(f"{ref}.view({view!r})")
-        for nid, view in kl.outputs:
-            args.append(f"{names.get(nid, f't{nid}')}.view({view!r})")
+        args = [_view_arg(g, nid, view, names) for nid, view in kl.params]
+        args += [_view_arg(g, nid, view, names) for nid, view in kl.outputs]
         lines.append(f"        {kl.spec.name}({', '.join(args)})")
     lines += ["", "    return launch", ""]
     return "\n".join(lines)
@@ -228,23 +231,55 @@ def _launch_plan(kl: KernelLowering, cfg: Any):
     return declare(kl.spec) if callable(declare) else None
 
 
-def _plan_calls(kl: KernelLowering, plan: Any, names: dict) -> list[str]:
+def _plan_calls(g, kl: KernelLowering, plan: Any, names: dict) -> list[str]:
     """The launcher lines of a kernel's declared launches."""
     out = []
     for call in plan.calls:
         args = []
         for arg in call.args:
             if arg[0] == "param":
-                nid = kl.params[arg[1]][0]
-                args.append(f"{names.get(nid, f't{nid}')}.view({tuple(arg[2])!r})")
+                args.append(_view_arg(g, kl.params[arg[1]][0], tuple(arg[2]), names))
             elif arg[0] == "output":
-                args.append(f"{names.get(kl.output, f't{kl.output}')}.view({tuple(arg[1])!r})")
+                args.append(_view_arg(g, kl.output, tuple(arg[1]), names))
             elif arg[0] == "outputs":  # every output, each in its own view
-                args += [f"{names.get(nid, f't{nid}')}.view({view!r})" for nid, view in kl.outputs]
+                args += [_view_arg(g, nid, view, names) for nid, view in kl.outputs]
             else:
                 args.append(f"{kl.spec.name}_{arg[1]}")
         out.append(f"        {call.func}({', '.join(args)})")
     return out
+
+
+def _is_stand_in(g, nid: int, view: tuple) -> bool:
+    """Whether node ``nid`` is empty but a kernel declares it with elements (a gathered
+    input over an empty axis, declared ``[1]``)."""
+    return math.prod(g.shape(nid)) == 0 and math.prod(view) != 0
+
+
+def _stand_in_name(nid: int) -> str:
+    return f"empty{nid}"
+
+
+def _stand_ins(g, kls, plans) -> list[tuple[int, tuple]]:
+    """The (node, view) pairs of the launches that need a stand-in, each once."""
+    views = []
+    for kl, lp in zip(kls, plans):
+        views += list(kl.params) + list(kl.outputs)
+        for call in (lp.calls if lp else ()):
+            views += [(kl.params[a[1]][0], a[2]) for a in call.args if a[0] == "param"]
+    seen = {}
+    for nid, view in views:
+        if _is_stand_in(g, nid, tuple(view)):
+            if seen.setdefault(nid, tuple(view)) != tuple(view):
+                raise LoweringError(f"node {nid} is empty but declared both as "
+                                    f"{seen[nid]} and {tuple(view)}")
+    return list(seen.items())
+
+
+def _view_arg(g, nid: int, view: tuple, names: dict) -> str:
+    """The launcher expression that passes node ``nid`` as ``view``."""
+    if _is_stand_in(g, nid, view):
+        return _stand_in_name(nid)
+    return f"{names.get(nid, f't{nid}')}.view({tuple(view)!r})"
 
 
 def cache_dir() -> Path:
