@@ -405,19 +405,24 @@ class Built:
         return Check(b.graph, b.dtype, dict(b.inputs), b.reduced, b.exact)
 
 
+def lower_build(b: Build, directory: Path) -> Path:
+    """The CPU half of a build: match its plan (to its family), complete its configuration
+    (or take the best of its space), lower it to a module under ``directory``.
+    ``test_gpu_plan_cases.py`` runs every build through this alone, on the CPU."""
+    match = match_plan(b.plan, b.dtype)
+    fams = match.families
+    assert b.family in fams, f"families {fams}, expected {b.family}"
+    cfg = complete_config(match, b.config) if b.config else config_space(match, limit=1)[0]
+    return lower_plan(match, cfg, header=f"test_gpu_rows {b.key}", directory=directory).path
+
+
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory) -> dict[str, Built]:
     directory = tmp_path_factory.mktemp("gpu_rows_modules")
     out = {}
     for b in BUILDS:
         try:
-            match = match_plan(b.plan, b.dtype)
-            fams = match.families
-            assert b.family in fams, f"families {fams}, expected {b.family}"
-            cfg = complete_config(match, b.config) if b.config else \
-                config_space(match, limit=1)[0]
-            mod = lower_plan(match, cfg, header=f"test_gpu_rows {b.key}", directory=directory)
-            out[b.key] = Built(b, str(mod.path))
+            out[b.key] = Built(b, str(lower_build(b, directory)))
         except Exception as e:  # noqa: BLE001 - reported by the test of this build
             out[b.key] = Built(b, error=f"lowering failed: {type(e).__name__}: {e}")
     return out
