@@ -26,7 +26,8 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
   certificates and the bits of `log2e` are checked;
 * **graphs beyond the golden derivation files** (`llama3_attention`, `residual_rmsnorm`, and
   test graphs mirroring `examples/models/` that exercise `distribute_*`, `commute_row_scale`,
-  `move_contracted_scale` and `fuse_gemm_chain`): the graph bytes and the derivations match
+  `move_contracted_scale`, `fuse_gemm_chain`, `fuse_epilogue` from a reduction and
+  `online_softmax` over scores with an additive input): the graph bytes and the derivations match
   Python's by fingerprint (`modelFingerprints`, printed by `LeanTests/fingerprints.py`), and the
   step checker accepts every derivation.
 
@@ -293,6 +294,23 @@ def mixtralMoeCombineGraph : Except GraphError Graph :=
     let s ← Dsl.red .sum "k" yg
     Dsl.add x s
 
+/-- `examples/models/bert_attention.py` at its default case: the scaled scores plus the additive
+key-padding mask `M[b, t_kv]`, an input that `scoreChain` admits as a leaf read per score, so
+`online_softmax` fuses the masked softmax. -/
+def bertAttentionGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "bert_attention"
+      [("b", 32), ("h", 12), ("t_q", 512), ("t_kv", 512), ("d_h", 64)] do
+    let q ← Dsl.input "Q" ["b", "h", "t_q", "d_h"]
+    let k ← Dsl.input "K" ["b", "h", "t_kv", "d_h"]
+    let v ← Dsl.input "V" ["b", "h", "t_kv", "d_h"]
+    let m ← Dsl.input "M" ["b", "t_kv"]
+    let s ← Dsl.matmul q k "d_h" "d_h"
+    let c ← Dsl.const 0.125
+    let t ← Dsl.mul s c
+    let x ← Dsl.add t m
+    let p ← Dsl.softmaxSubdag x "t_kv"
+    Dsl.matmul p v "t_kv" "t_kv"
+
 /-- A registered graph at its reference case, or one of the test graphs above. -/
 def testGraph? (name : String) : Option (Except GraphError Graph) :=
   match workloadByName? name with
@@ -303,6 +321,7 @@ def testGraph? (name : String) : Option (Except GraphError Graph) :=
     else if name == "llama3_rmsnorm_qkv" then some llama3RmsnormQkvGraph
     else if name == "centred_bias_matmul" then some centredBiasMatmulGraph
     else if name == "mixtral_moe_combine" then some mixtralMoeCombineGraph
+    else if name == "bert_attention" then some bertAttentionGraph
     else none
 
 /-- Python's fingerprints of the graphs beyond the golden derivation files, printed by
@@ -315,7 +334,8 @@ def modelFingerprints : List (String × Nat × UInt64 × Nat × Nat × UInt64) :
   ("llama3_mlp", 330, 0x8120EF57718F4894, 22, 9712, 0x217CD8E57E2C089E),
   ("llama3_rmsnorm_qkv", 352, 0xB3A63BED1F0129AA, 298, 171499, 0xF418567C0F5C35DD),
   ("centred_bias_matmul", 275, 0x5F4B50EBDF51B8B7, 93, 58818, 0xD893A72B4E455BF4),
-  ("mixtral_moe_combine", 218, 0xB7CAAEE06D7766D5, 4, 1170, 0xFE28E04EA9EB11F5)]
+  ("mixtral_moe_combine", 218, 0xB7CAAEE06D7766D5, 4, 1170, 0xFE28E04EA9EB11F5),
+  ("bert_attention", 415, 0x45AD6B7191174EA3, 1392, 1125705, 0x402778357AF8F6F1)]
 
 /-- Each graph of `modelFingerprints`: Lean builds the same graph bytes and enumerates the same
 derivations as Python (by fingerprint), and the step checker accepts every derivation. -/

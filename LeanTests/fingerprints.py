@@ -57,6 +57,7 @@ def graphs():
         out[name] = load_graph(f"{MODELS / name}.py:{name}")
     out["centred_bias_matmul"] = centred_bias_matmul()
     out["mixtral_moe_combine"] = load_graph(f"{MODELS}/mixtral_moe_combine.py:mixtral_moe_combine")
+    out["bert_attention"] = load_graph(f"{MODELS}/bert_attention.py:bert_attention")
     return out
 
 

@@ -731,9 +731,11 @@ def shareApply (p : Plan) (site : Site) : Option Plan :=
   | _ => none
 
 /-- The elementwise nodes that compute the scores `x` from one matmul `S` (included), for the
-streamed axis `a`: `S`, a scale `S·c`, a mask `select(band, S·c, −∞)`, a softcap, ...; every
-other node on the way is an inline leaf (`size`, `eps`, `const`, `band`). `S` must keep `a`
-and contract another axis. The chain ascending, or `none` (Python: `score_chain`; its
+streamed axis `a`: `S`, a scale `S·c`, a mask `select(band, S·c, −∞)`, a softcap, an additive
+bias `S·c + M`, ...; every other node on the way is an inline leaf (`size`, `eps`, `const`,
+`band`) or an input over some of `S`'s axes (a key-padding mask `M[b, t_kv]`, a relative
+position bias `B[h, t_q, t_kv]`: one element read per score; read, not in the chain). `S` must
+keep `a` and contract another axis. The chain ascending, or `none` (Python: `score_chain`; its
 depth-first walk becomes one pass from the highest id down: arguments name earlier nodes). -/
 def scoreChain (p : Plan) (x : NodeId) (a : Axis) : Option (List NodeId) := Id.run do
   let total := p.graph.nodes.size
@@ -747,20 +749,27 @@ def scoreChain (p : Plan) (x : NodeId) (a : Axis) : Option (List NodeId) := Id.r
         if decide (b < total) then
           reached := reached.set! b true
   let mut chain : List NodeId := []
-  let mut matmuls : Nat := 0
+  let mut matmuls : List NodeId := []
+  let mut inputs : List NodeId := []
   for i in [0:total] do
     if reached.getD i false then
       match p.node i with
       | .matmul _ _ axisA _ =>
         if !(p.axesOf i).contains a || axisA == a then return none
-        matmuls := matmuls + 1
+        matmuls := matmuls ++ [i]
         chain := chain ++ [i]
+      | .input _ _ => inputs := inputs ++ [i]
       | node =>
         if node.isElementwise then
           chain := chain ++ [i]
         else if !node.isScalarLeaf then
           return none
-  if matmuls == 1 then return some chain else return none
+  match matmuls with
+  | [s] =>
+    if inputs.all (fun l => (p.axesOf l).all (fun ax => (p.axesOf s).contains ax)) then
+      return some chain
+    else return none
+  | _ => return none
 
 /-- Match `O = E @_a V` over `E = exp(X − M)` or `exp2((X − M)·c)` with `M = max_a X`, the
 scores `X` a `scoreChain` of one matmul, and one `Z = Σ_a E`; the node set (the chain, `M`,

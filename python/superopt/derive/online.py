@@ -17,12 +17,16 @@ Site = tuple
 
 def score_chain(g: Graph, x: NodeId, a: str) -> set[NodeId] | None:
     """The elementwise nodes that compute the scores ``x`` from one matmul ``S`` (included):
-    ``S`` itself, a scale ``S·c``, a mask ``select(band, S·c, −∞)``, a softcap, ... Every
-    other argument on the way is an inline leaf (``const``, ``size``, ``eps``, ``band``), so
-    the kernel computes the chain on each score tile. ``S`` must keep the streamed axis ``a``
-    and contract another one. ``None`` if ``x`` is not such a chain."""
+    ``S`` itself, a scale ``S·c``, a mask ``select(band, S·c, −∞)``, a softcap, an additive
+    bias ``S·c + M`` ... Every other argument on the way is an inline leaf (``const``,
+    ``size``, ``eps``, ``band``) or an input over some of ``S``'s axes (a key-padding mask
+    ``M[b, t_kv]``, a relative-position bias ``B[h, t_q, t_kv]``), so the kernel computes
+    the chain on each score tile, reading one element of each such input per score. ``S``
+    must keep the streamed axis ``a`` and contract another one. ``None`` if ``x`` is not
+    such a chain."""
     chain: set[NodeId] = set()
     matmuls: list[NodeId] = []
+    inputs: list[NodeId] = []
     stack = [x]
     while stack:
         i = stack.pop()
@@ -37,9 +41,14 @@ def score_chain(g: Graph, x: NodeId, a: str) -> set[NodeId] | None:
         elif n.is_elementwise:
             chain.add(i)
             stack.extend(n.args)
+        elif n.op == "input":
+            inputs.append(i)
         elif n.op not in INLINE_LEAVES:
             return None
-    return chain if len(matmuls) == 1 else None
+    if len(matmuls) != 1:
+        return None
+    s_axes = set(g.nodes[matmuls[0]].axes)
+    return chain if all(set(g.nodes[i].axes) <= s_axes for i in inputs) else None
 
 
 def online_parts(g: Graph, o: NodeId):

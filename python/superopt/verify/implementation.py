@@ -34,7 +34,7 @@ from ..derive.plan import Plan
 from ..derive.rules import RULES
 from ..errors import SuperoptError
 from ..ir.dag import Graph
-from ..ir.dsl import AxisOrderWarning, DagBuilder, build_graph_with_output
+from ..ir.dsl import AxisOrderWarning, DagBuilder, build_graph_with_output, softmax_subdag
 from ..ir.semantics import evaluate
 from ..ir.workloads import WORKLOADS
 from .interpreter import Tiling, axis_tiles, run_plan
@@ -123,6 +123,14 @@ def _small_graphs() -> dict[str, Graph]:
     g["shared_exp"] = _graph("shared_exp", attn_axes, shared_exp)
     g["softmax_first_axis"] = _graph("softmax_first_axis", [("t_q", 3), ("t_kv", 2), ("d", 2),
                                                             ("e", 2)], softmax_first_axis)
+
+    def biased_scores(b: DagBuilder):  # scaled scores plus a key mask and a position bias
+        q, k = b.input("Q", ["t_q", "d"]), b.input("K", ["t_kv", "d"])
+        s = b.add(b.mul(b.matmul(q, k, "d", "d"), b.const(0.5)), b.input("M", ["t_kv"]))
+        p = softmax_subdag(b, b.add(s, b.input("B", ["t_q", "t_kv"])), "t_kv")
+        return b.matmul(p, b.input("V", ["t_kv", "e"]), "t_kv", "t_kv")
+
+    g["biased_scores"] = _graph("biased_scores", attn_axes, biased_scores)
 
     def softmax_rows(b: DagBuilder):  # softmax alone over the last axis
         x = b.input("S", ["m", "d"])
