@@ -1,7 +1,7 @@
 """GPU checks of the attention family's kernel paths against float64 (issues 13-16): masks with
 tile skipping, grouped-query attention (packed and through L2), split-KV with its combine,
-soft-capped scores, extreme score magnitudes, fully masked rows, a grid past 65535 heads and
-the lean-producer "ws" option.
+soft-capped scores, additive masks and biases read from memory, extreme score magnitudes,
+fully masked rows, a grid past 65535 heads and the lean-producer "ws" option.
 
 Every test is marked ``gpu`` and skips without CUDA (``tests/conftest.py``); on an H200::
 
@@ -40,7 +40,10 @@ pytestmark = pytest.mark.gpu
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
-def _graph(b=1, g=2, r=4, tq=300, tkv=300, d=128, lo=None, hi=None, softcap=None):
+def _graph(b=1, g=2, r=4, tq=300, tkv=300, d=128, lo=None, hi=None, softcap=None,
+           mask=False, bias=False):
+    """GQA attention scaled by 1/√d; optionally soft-capped, plus a key-padding mask
+    ``M[b, t_kv]`` and a per-head bias ``B[g, r, t_q, t_kv]``, then band-masked."""
     bld = DagBuilder("attn_gpu", [("b", b), ("g", g), ("r", r), ("t_q", tq), ("t_kv", tkv),
                                   ("d_h", d)])
     q = bld.input("Q", ["b", "g", "r", "t_q", "d_h"])
@@ -49,6 +52,10 @@ def _graph(b=1, g=2, r=4, tq=300, tkv=300, d=128, lo=None, hi=None, softcap=None
     s = bld.mul(bld.matmul(q, k, "d_h", "d_h"), bld.const(d ** -0.5))
     if softcap is not None:
         s = bld.mul(bld.tanh(bld.div(s, bld.const(softcap))), bld.const(softcap))
+    if mask:
+        s = bld.add(s, bld.input("M", ["b", "t_kv"]))
+    if bias:
+        s = bld.add(s, bld.input("B", ["g", "r", "t_q", "t_kv"]))
     if lo is not None or hi is not None:
         s = bld.select(bld.band("t_q", "t_kv", lo=lo, hi=hi), s, bld.const(-math.inf))
     bld.output(bld.matmul(softmax_subdag(bld, s, "t_kv"), v, "t_kv", "t_kv"))
@@ -61,8 +68,9 @@ def _match(graph, dtype):
     return match_plan(ds[0].plan, dtype)
 
 
-def check_graph(graph, dtype, pick, scale_q=1.0):
-    """Run every flat configuration ``pick(space)`` chooses; assert each matches float64."""
+def check_graph(graph, dtype, pick, scale_q=1.0, given=None):
+    """Run every flat configuration ``pick(space)`` chooses; assert each matches float64.
+    Inputs are standard normal (Q times ``scale_q``) except those ``given`` (name → tensor)."""
     m = _match(graph, dtype)
     space = config_space(m, limit=200)
     chosen = pick(space, m)
@@ -71,6 +79,7 @@ def check_graph(graph, dtype, pick, scale_q=1.0):
     dt = getattr(torch, dtype)
     xs = {n: (torch.randn(sh, generator=gen, device="cuda") * (scale_q if n == "Q" else 1.0)
               ).to(dt) for n, sh in graph.inputs}
+    xs.update({n: x.to("cuda", dt) for n, x in (given or {}).items()})
     with torch.no_grad():
         ref = evaluate(graph, {n: x.double() for n, x in xs.items()})
     failures = []
@@ -229,6 +238,29 @@ def test_row_sum_in_branch():
 
 def test_softcap():
     check_graph(_graph(lo=0, softcap=20.0), "float16", _top(2), scale_q=4.0)
+
+
+def _padding_mask(b, tkv, lengths, fill):
+    """``M[b, t_kv]``: 0 for the first ``lengths[i]`` keys of sequence i, ``fill`` after."""
+    m = torch.zeros(b, tkv)
+    for i, n in enumerate(lengths):
+        m[i, n:] = fill
+    return m
+
+
+@pytest.mark.parametrize("fill", [-math.inf, torch.finfo(torch.float16).min])
+def test_additive_mask_and_bias(fill):
+    """BERT's key-padding mask (``-inf``, and the fp16 lowest as Hugging Face writes it: a
+    sequence of padding only then has uniform rows; ``-inf`` gives them NaN, as the
+    reference) plus a per-head bias, read in the score prologue: "ws", packed GQA,
+    "pipelined", and split-KV at a decode step."""
+    g = _graph(b=3, tq=300, tkv=300, mask=True, bias=True)
+    mask = _padding_mask(3, 300, [300, 129, 0], fill)
+    for pick in (_top(2), _with(pack_gqa=True), _with(schedule="pipelined")):
+        check_graph(g, "float16", pick, given={"M": mask})
+    dec = _graph(b=2, tq=1, tkv=4096, mask=True, bias=True)
+    check_graph(dec, "float16", lambda space, m: [c for c in space if c["k0.splits"] > 1][:2],
+                given={"M": _padding_mask(2, 4096, [4096, 1000], fill)})
 
 
 def test_one_key_tile_and_short_query_tiles():

@@ -840,19 +840,26 @@ def _online_match(graph):
     return match_plan(ds[0].plan, "float16")
 
 
-def _graph(tq=256, tkv=256, lo=None, hi=None, swap=False, softcap=None, g=2, r=4):
+def _graph(tq=256, tkv=256, lo=None, hi=None, swap=False, softcap=None, g=2, r=4, batch=1,
+           mask=None, bias=None):
+    """GQA attention (``batch`` sequences, ``g`` K/V heads of ``r`` query heads) scaled by
+    1/8, optionally soft-capped, plus an additive ``mask`` and ``bias`` input (each the
+    list of its axes), then band-masked."""
     import math
 
     from superopt.dsl import DagBuilder, softmax_subdag
 
-    b = DagBuilder("attn_model", [("b", 1), ("g", g), ("r", r), ("t_q", tq), ("t_kv", tkv),
-                                  ("d_h", 64)])
+    b = DagBuilder("attn_model", [("b", batch), ("g", g), ("r", r), ("t_q", tq),
+                                  ("t_kv", tkv), ("d_h", 64)])
     q = b.input("Q", ["b", "g", "r", "t_q", "d_h"])
     k = b.input("K", ["b", "g", "t_kv", "d_h"])
     v = b.input("V", ["b", "g", "t_kv", "d_h"])
     s = b.mul(b.matmul(q, k, "d_h", "d_h"), b.const(0.125))
     if softcap is not None:
         s = b.mul(b.tanh(b.div(s, b.const(softcap))), b.const(softcap))
+    for name, axes in (("M", mask), ("B", bias)):
+        if axes is not None:
+            s = b.add(s, b.input(name, axes))
     if lo is not None or hi is not None:
         band = (b.band("t_kv", "t_q", lo=None if hi is None else -hi,
                        hi=None if lo is None else -lo) if swap
@@ -876,6 +883,108 @@ def test_matcher_scale_mask_gqa_softcap(tmp_path):
     assert abs(capped.score_factor - 30.0 * LOG2E) < 1e-12  # the cap folds into exp2
     text, _ = _lower(tmp_path, capped, WS_PP, "softcap")
     assert "acc_s[i, j] = T.tanh(((acc_s[i, j] * 0.125) / 30.0))" in text
+
+
+def _score_inputs_match(tq=200, tkv=300, batch=2):
+    """BERT's key-padding mask ``M[b, t_kv]`` and a per-head bias ``B[g, r, t_q, t_kv]``
+    (written key-major, ``B[t_kv, g, r, t_q]``, to exercise the offset's strides) added to
+    the scaled scores of GQA attention."""
+    return _online_match(_graph(tq=tq, tkv=tkv, batch=batch, mask=["b", "t_kv"],
+                                bias=["t_kv", "g", "r", "t_q"]))
+
+
+def test_matcher_reads_additive_mask_and_bias():
+    """Inputs in the score chain become score inputs read at the score's clamped position:
+    their views are flat, after V, in node order."""
+    m = _score_inputs_match()
+    kl = m.kernels[0]
+    spec = kl.spec
+    assert [(si.name, si.extent) for si in spec.score_inputs] == [("SB0", 600), ("SB1", 480000)]
+    assert [view for _, view in kl.params] == [(16, 200, 64), (4, 300, 64), (4, 300, 64),
+                                               (600,), (480000,)]
+    assert [m.plan.graph.nodes[n].name for n, _ in kl.params[3:]] == ["M", "B"]
+    qb, qp, kp = "T.min(__qbatch__, 15)", "T.min(__qpos__, 199)", "T.min(__kpos__, 299)"
+    assert f'T.cast(SB0[({qb} // 8) * 300 + {kp}], "float32")' in spec.score_expr
+    assert (f'T.cast(SB1[{kp} * 1600 + ({qb} // 4 % 2) * 800 + ({qb} % 4) * 200 + {qp}], '
+            '"float32")') in spec.score_expr
+    assert "score prologue reading SB0, SB1" in attention_source(spec, WS_PP)
+    # a score input the expression does not read, a reserved or repeated name
+    from superopt.lower.kernels.attention_spec import ScoreInput
+    for inputs, msg in (((ScoreInput("SB2", 4),), "not read"),
+                        ((ScoreInput("Q", 4),), "reserved"),
+                        ((ScoreInput("SB0", 600), ScoreInput("SB0", 600)), "repeated"),
+                        ((ScoreInput("SB0", 0),), "extent")):
+        with pytest.raises(LoweringError, match=msg):
+            replace(spec, score_inputs=inputs)
+
+
+def test_score_input_offsets_read_the_right_elements():
+    """The score expression, evaluated in Python at every (query batch, query position, key
+    position), including padded ones past each end, equals ``S/8 + M[b, j] + B[g, r, i, j]``
+    at the clamped position: the offsets and clamps are the graph's indexing."""
+    import numpy as np
+
+    from superopt.lower.kernels.attention_spec import KPOS, QBATCH, QPOS, SCORE
+
+    tq, tkv, batch = 3, 5, 2
+    spec = _score_inputs_match(tq=tq, tkv=tkv, batch=batch).kernels[0].spec
+    rng = np.random.default_rng(0)
+    mask = rng.standard_normal((batch, tkv))
+    bias = rng.standard_normal((tkv, 2, 4, tq))
+    expr = spec.score_expr
+    for ph, var in ((SCORE, "s"), (QBATCH, "qb"), (QPOS, "qp"), (KPOS, "kp")):
+        expr = expr.replace(ph, var)
+    code = compile(expr, "score_expr", "eval")
+
+    class T:
+        min = staticmethod(min)
+
+        @staticmethod
+        def cast(x, dtype):
+            assert dtype == "float32"
+            return x
+
+    env = {"T": T, "SB0": mask.reshape(-1), "SB1": bias.reshape(-1)}
+    heads = batch * 8
+    for qb in range(heads + 1):
+        for qp in range(tq + 2):
+            for kp in range(tkv + 3):
+                got = eval(code, env, {"s": 8.0, "qb": qb, "qp": qp, "kp": kp})
+                b_, h = divmod(min(qb, heads - 1), 8)
+                g, r = divmod(h, 4)
+                i, j = min(qp, tq - 1), min(kp, tkv - 1)
+                assert got == 1.0 + mask[b_, j] + bias[j, g, r, i], (qb, qp, kp)
+
+
+def test_score_inputs_lower_in_every_schedule(tmp_path):
+    """The mask and bias read in the score prologue of "ws", "pipelined", packed GQA (the
+    row's query head from the packed row) and split-KV; the launch plan passes them after
+    V."""
+    spec = _score_inputs_match().kernels[0].spec
+    pipe = AttentionConfig(block_m=128, block_n=64, stages=2, threads=256, schedule="pipelined")
+    for cfg in (WS_PP, replace(WS_PP, pack_gqa=True), pipe, replace(pipe, pack_gqa=True),
+                replace(WS_PP, splits=2)):
+        text, cu = _lower(tmp_path, spec, cfg, "score_inputs_" + cfg.label())
+        assert 'SB0: T.Tensor((600,), "float16"),' in text
+        assert 'SB1: T.Tensor((480000,), "float16"),' in text
+        qbatch = "(bz * 4 + ((qb * 128 + i) // 200))" if cfg.pack_gqa else "bz"
+        assert f"T.min({qbatch}, 15)" in text.replace("(bx * 128 + i)", "(qb * 128 + i)")
+        assert re.search(r"\bSB0\[", cu) and re.search(r"\bSB1\[", cu)
+        plan = cfg.launch_plan(spec)
+        if plan is not None:
+            assert plan.calls[0].args[3:5] == (("param", 3, (600,)), ("param", 4, (480000,)))
+
+
+def test_score_inputs_through_the_module_launcher():
+    from superopt.lower import lower_plan
+    from superopt.lower.config import config_space
+
+    m = _score_inputs_match()
+    flat = config_space(m, limit=1)[0]
+    launch = lower_plan(m, flat).source
+    launch = launch[launch.index("def launch("):]
+    assert re.search(r"k0_attention\(in0\.view\(.*\), in1\.view\(.*\), in2\.view\(.*\), "
+                     r"in3\.view\(\(600,\)\), in4\.view\(\(480000,\)\), out", launch)
 
 
 def test_split_kv_module_launcher():

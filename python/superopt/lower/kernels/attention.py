@@ -105,7 +105,8 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
     tilelang`` and ``import tilelang.language as T``. Sizes, dtype, the folded scale, the
     mask and the schedule are baked in. The prim_func (named ``spec.name``) takes
     ``Q[batch, tq, dqk]``, ``K[kv_batch, tkv, dqk]``, ``V[kv_batch, tkv, dv]`` (inputs) and
-    ``O[batch, tq, dv]`` (output, fully overwritten), all of ``spec.dtype``; with
+    ``O[batch, tq, dv]`` (output, fully overwritten), all of ``spec.dtype``, and after V
+    each of ``spec.score_inputs`` flat, ``name[extent]``, in ``spec.dtype``; with
     ``cfg.pack_gqa`` Q and O are viewed ``[kv_batch, kv_group * tq, d]``. With
     ``cfg.splits > 1`` it writes the fp32 scratch ``O_part[splits, b, rows, dv]``,
     ``M_part``/``A_part[splits, b, rows]`` instead of O, and ``<name>_combine(O_part,
@@ -145,6 +146,8 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
             e(f'Q: T.Tensor(({lay.batch}, {lay.rows}, {spec.dqk}), "{dt}"),')
             e(f'K: T.Tensor(({spec.kv_batch}, {spec.tkv}, {spec.dqk}), "{dt}"),')
             e(f'V: T.Tensor(({spec.kv_batch}, {spec.tkv}, {spec.dv}), "{dt}"),')
+            for si in spec.score_inputs:
+                e(f'{si.name}: T.Tensor(({si.extent},), "{dt}"),')
             if cfg.splits > 1:
                 sh = f"{cfg.splits}, {lay.batch}, {lay.rows}"
                 e(f'O_part: T.Tensor(({sh}, {spec.dv}), "float32"),')
@@ -178,6 +181,8 @@ def _extras(spec: AttentionSpec) -> str:
         out += f", mask {spec.mask_lo} <= i - j <= {spec.mask_hi}"
     if spec.score_expr is not None:
         out += ", score prologue"
+    if spec.score_inputs:
+        out += f" reading {', '.join(si.name for si in spec.score_inputs)}"
     return out
 
 
@@ -217,7 +222,8 @@ def _write_pipelined_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -
         e(f"T.copy({ksrc}, K_s)")
         e("T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, "
           "policy=T.GemmWarpPolicy.FullRow)")
-        write_score_prologue(e, spec, cfg, blk.qpos(spec), blk.kpos(kt, bn))
+        write_score_prologue(e, spec, cfg, blk.qpos(spec), blk.kpos(kt, bn),
+                             blk.qbatch(spec))
         keep = blk.keep(spec, cfg, kt)
         if keep is not None:
             write_mask(e, cfg, keep, blk.partial(spec, cfg, kt))

@@ -77,6 +77,15 @@ class BlockPlan:
         return f"({row} % {spec.tq})" if self.lay.packed and spec.tq > 1 else (
             "0" if self.lay.packed else row)
 
+    def qbatch(self, spec: AttentionSpec) -> str:
+        """Text of the query batch index (over Q's batch axes) of fragment row ``i``: ``bz``,
+        or with packed GQA ``bz · kv_group`` plus the row's head within the group (a padded
+        row past the last one gives one head more, which score inputs clamp)."""
+        if not self.lay.packed:
+            return self.bz
+        head = f"({self.r0} + i)" if spec.tq == 1 else f"(({self.r0} + i) // {spec.tq})"
+        return f"({self.bz} * {spec.kv_group} + {head})"
+
     @staticmethod
     def kpos(tile: str, bn: int) -> str:
         """Text of the key position of fragment column ``j`` in key tile ``tile``."""

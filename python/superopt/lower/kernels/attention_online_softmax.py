@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from ..cuda_rewrite import ROW_SUM_MARKER
 from ..emit import Lines
-from .attention_spec import KPOS, QPOS, SCORE, AttentionConfig, AttentionSpec, padded_dim
+from .attention_spec import KPOS, QBATCH, QPOS, SCORE, AttentionConfig, AttentionSpec, padded_dim
 
 #: Above this ``|mr * c|`` a row takes the exact two-operation exponent (see above).
 FFMA_LIMIT = 16777216.0  # 2^24
@@ -78,13 +78,14 @@ def _log(spec: AttentionSpec, arg: str) -> str:
 
 
 def write_score_prologue(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, qpos: str,
-                         kpos: str) -> None:
+                         kpos: str, qbatch: str) -> None:
     """Apply :attr:`~.attention_spec.AttentionSpec.score_expr` (if any) to every score of
-    ``acc_s``; ``qpos``/``kpos`` are the position texts of row ``i`` and column ``j``."""
+    ``acc_s``; ``qpos``/``kpos`` are the position texts of row ``i`` and column ``j``,
+    ``qbatch`` the query batch index of row ``i`` (what score inputs are indexed by)."""
     if spec.score_expr is None:
         return
     text = (spec.score_expr.replace(SCORE, "acc_s[i, j]").replace(QPOS, qpos)
-            .replace(KPOS, kpos))
+            .replace(KPOS, kpos).replace(QBATCH, qbatch))
     e(f"for i, j in T.Parallel({cfg.block_m}, {cfg.block_n}):")
     with e.indent():
         e(f"acc_s[i, j] = {text}")

@@ -140,7 +140,7 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     factor, plus a per-key-tile overhead (barriers, O rescale) and a per-block fill and drain
     (:data:`FILL_KEYS`, shared by the blocks co-resident on an SM: what makes short
     sequences prefer two 64-row blocks per SM); split-KV adds its partials' traffic and the
-    combine launch.
+    combine launch. Score inputs count once each at DRAM's rate.
     """
     cfg = cfg.for_spec(spec)
     lay = q_layout(spec, cfg)
@@ -149,6 +149,8 @@ def attention_cost(spec: AttentionSpec, cfg: AttentionConfig) -> float:
     tiles = visited_tiles(spec, cfg) * lay.batch
     work = tiles * cfg.block_m * cfg.block_n * (dq + dv)
     kv_bytes = tiles * cfg.block_n * (dq + dv) * itemsize(spec.dtype)
+    # score inputs (a mask, a bias): each element read at least once, from DRAM
+    kv_bytes += 2 * sum(si.extent for si in spec.score_inputs) * itemsize(spec.dtype)
     if cfg.schedule == "ws":
         eff = 0.80 if cfg.pingpong and cfg.consumer_warpgroups >= 2 else 0.72
         if cfg.consumer_warpgroups == 3:

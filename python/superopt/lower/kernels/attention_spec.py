@@ -41,6 +41,30 @@ MAX_ELEMENTS = 2 ** 31 - 1
 #: Placeholders of :attr:`AttentionSpec.score_expr`: the raw score and the query / key
 #: positions (the kernel substitutes its own expressions).
 SCORE, QPOS, KPOS = "__s__", "__qpos__", "__kpos__"
+#: Placeholder of the score's query batch index, over Q's batch axes flattened (``bz``, or
+#: with packed GQA the query head of the row): what a score input's index needs beside the
+#: positions.
+QBATCH = "__qbatch__"
+#: Kernel parameter names a score input may not take.
+RESERVED_NAMES = frozenset({"Q", "K", "V", "O", "O_part", "M_part", "A_part"})
+
+
+@dataclass(frozen=True)
+class ScoreInput:
+    """An input the score prologue reads, one element per score: an additive key-padding
+    mask ``M[b, t_kv]``, a relative-position bias ``B[h, t_q, t_kv]``. The kernel takes it
+    flat, ``name[extent]`` in the spec's dtype, and :attr:`AttentionSpec.score_expr` reads
+    it as ``name[index]`` with ``index`` over :data:`QBATCH`, :data:`QPOS` and :data:`KPOS`
+    (clamped to the tensor by the matcher: padded rows and keys read a real element, whose
+    score is masked or never stored).
+
+    Attributes:
+        name: the kernel parameter (a Python identifier, none of :data:`RESERVED_NAMES`).
+        extent: its number of elements (>= 1).
+    """
+
+    name: str
+    extent: int
 
 
 @dataclass(frozen=True)
@@ -67,7 +91,10 @@ class AttentionSpec:
             None: no mask). Causal aligned at the end is ``mask_lo = tq - tkv``.
         score_expr: an fp32 expression applied to every raw score before the mask and the
             softmax (a soft-cap ``c * tanh(s / c)``, ...), in TileLang text over the
-            placeholders :data:`SCORE`, :data:`QPOS` and :data:`KPOS`; None: the identity.
+            placeholders :data:`SCORE`, :data:`QPOS`, :data:`KPOS` and :data:`QBATCH`;
+            None: the identity.
+        score_inputs: the inputs ``score_expr`` reads (:class:`ScoreInput`), the kernel's
+            parameters after V.
 
     Tensors are contiguous: ``Q[batch, tq, dqk]``, ``K[batch / kv_group, tkv, dqk]``,
     ``V[batch / kv_group, tkv, dv]``, ``O[batch, tq, dv]``.
@@ -90,6 +117,7 @@ class AttentionSpec:
     mask_lo: int | None = None
     mask_hi: int | None = None
     score_expr: str | None = None
+    score_inputs: tuple = ()
 
     def __post_init__(self) -> None:
         for axis in ("batch", "tq", "tkv", "dqk", "dv", "kv_group"):
@@ -117,6 +145,19 @@ class AttentionSpec:
         if self.score_expr is not None and SCORE not in self.score_expr:
             raise LoweringError("AttentionSpec.score_expr must use the raw score "
                                 f"placeholder {SCORE!r}")
+        names = set()
+        for si in self.score_inputs:
+            if not isinstance(si, ScoreInput):
+                raise LoweringError(f"AttentionSpec.score_inputs holds {si!r}, not a ScoreInput")
+            if not si.name.isidentifier() or si.name in RESERVED_NAMES or si.name in names:
+                raise LoweringError(f"score input name {si.name!r} is not an identifier, is "
+                                    f"reserved ({sorted(RESERVED_NAMES)}) or repeated")
+            names.add(si.name)
+            if isinstance(si.extent, bool) or not isinstance(si.extent, int) or si.extent < 1:
+                raise LoweringError(f"score input {si.name!r} needs an extent >= 1, got "
+                                    f"{si.extent!r}")
+            if self.score_expr is None or f"{si.name}[" not in self.score_expr:
+                raise LoweringError(f"score input {si.name!r} is not read by score_expr")
         for what, n in (("Q", self.batch * self.tq * self.dqk),
                         ("K", self.kv_batch * self.tkv * self.dqk),
                         ("V", self.kv_batch * self.tkv * self.dv),
@@ -348,6 +389,7 @@ class AttentionConfig:
         qv, ov = (lay.batch, lay.rows, spec.dqk), (lay.batch, lay.rows, spec.dv)
         ins = (("param", 0, qv), ("param", 1, (spec.kv_batch, spec.tkv, spec.dqk)),
                ("param", 2, (spec.kv_batch, spec.tkv, spec.dv)))
+        ins += tuple(("param", 3 + j, (si.extent,)) for j, si in enumerate(spec.score_inputs))
         if cfg.splits == 1:
             return LaunchPlan((spec.name,), (), (LaunchCall(spec.name, ins + (("output", ov),)),))
         rows = (cfg.splits, lay.batch, lay.rows)

@@ -180,7 +180,8 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
 
     def scores_ready(tile: str) -> None:
         # the score prologue (soft-cap, ...) and the mask of a tile that needs one
-        write_score_prologue(e, spec, cfg, blk.qpos(spec), blk.kpos(tile, bn))
+        write_score_prologue(e, spec, cfg, blk.qpos(spec), blk.kpos(tile, bn),
+                             blk.qbatch(spec))
         keep = blk.keep(spec, cfg, tile)
         if keep is not None and not (not blk.dynamic and tile == "0" and nk > 1):
             guard = blk.partial(spec, cfg, tile)

@@ -11,8 +11,11 @@ The scores ``X`` (the argument of the row max and of ``exp``) are read from the 
   becomes the kernel's band mask, intersected when nested, which skips the key tiles a
   query block never sees;
 * what is left between ``S`` and there (a soft-cap ``cap · tanh(S / cap)``, a band in
-  another position, ...) is rendered per score with :func:`superopt.lower.expr.render`
-  (positions along ``t_q`` and ``t_kv`` from the kernel).
+  another position, an additive input such as a key-padding mask ``M[b, t_kv]`` or a
+  position bias ``B[h, t_q, t_kv]``, ...) is rendered per score with
+  :func:`superopt.lower.expr.render` (positions along ``t_q`` and ``t_kv`` and the query
+  batch index from the kernel); each input becomes a score input (:func:`score_input_reads`),
+  a flat kernel parameter after V read at the score's clamped offset.
 
 Q is ``[B…, t_q, d]``, K and V ``[G…, t_kv, ·]`` with the K/V batch axes ``G…`` a prefix of
 Q's ``B…`` (grouped-query attention: each K/V head serves ``prod(B…) / prod(G…)`` query
@@ -31,7 +34,8 @@ from ...errors import LoweringError
 from ...ir.dag import Graph, NodeId
 from ...ir.ops import LOG2E
 from ..expr import render
-from ..kernels.attention_spec import KPOS, QPOS, SCORE, AttentionSpec
+from ..kernels.attention_spec import KPOS, QBATCH, QPOS, SCORE, AttentionSpec, ScoreInput
+from ..kernels.row_launch import flat_offset, grouped_position_index
 from ..lowering import KernelLowering, axes_prod, single_output
 
 
@@ -72,6 +76,47 @@ def peel_scores(g: Graph, x: NodeId, tq: str, tkv: str):
                 x = a
                 continue
         return scale, lo, hi, x
+
+
+def score_input_reads(g: Graph, inner: NodeId, s_id: NodeId, batch_axes: tuple, tq: str,
+                      tkv: str, where: str) -> list[tuple[NodeId, ScoreInput, str]]:
+    """The inputs the score chain ``inner`` reads beside ``S`` (an additive mask
+    ``M[b, t_kv]``, a bias ``B[h, t_q, t_kv]``): for each, in node order, its
+    :class:`ScoreInput` (``SB0``, ``SB1``, ...) and the fp32 text of its element at the
+    score's position, ``T.cast(SB0[offset], "float32")``. The offset is over the score's
+    query batch index (Q's batch axes flattened), query and key positions, each clamped to
+    its extent (a padded row or key reads a real element; its score is never kept).
+
+    Raises:
+        LoweringError: an input over an axis the scores do not have.
+    """
+    found, stack, seen = [], [inner], set()
+    while stack:
+        i = stack.pop()
+        if i in seen or i == s_id:
+            continue
+        seen.add(i)
+        n = g.nodes[i]
+        if n.op == "input":
+            found.append(i)
+        elif n.is_elementwise:
+            stack.extend(n.args)
+    sizes = [(a, g.size(a)) for a in batch_axes]
+    index = grouped_position_index([("_qb", sizes), ("_qpos", [(tq, g.size(tq))]),
+                                    ("_kpos", [(tkv, g.size(tkv))])])
+    clamp = {"_qb": f"T.min({QBATCH}, {max(math.prod(s for _, s in sizes), 1) - 1})",
+             "_qpos": f"T.min({QPOS}, {max(g.size(tq), 1) - 1})",
+             "_kpos": f"T.min({KPOS}, {max(g.size(tkv), 1) - 1})"}
+    out = []
+    for j, i in enumerate(sorted(found)):
+        axes = g.nodes[i].axes
+        if not set(axes) <= set(batch_axes) | {tq, tkv}:
+            raise LoweringError(f"the scores read node {i} over {list(axes)}, which are not "
+                                f"among the scores' axes {[*batch_axes, tq, tkv]}", path=where)
+        si = ScoreInput(f"SB{j}", max(axes_prod(g, axes), 1))
+        offset = flat_offset([(a, g.size(a)) for a in axes], index).format(**clamp)
+        out.append((i, si, f'T.cast({si.name}[{offset}], "float32")'))
+    return out
 
 
 def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
@@ -119,10 +164,13 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
         raise LoweringError(f"kernel {k}: the {en.op} argument is not X - max X", path=where)
     x = arg.args[0]
     scale, lo, hi, inner = peel_scores(g, x, tq_axis, tkv)
-    score_expr = None
+    score_expr, read = None, []
     if inner != s_id:
         positions = {tq_axis: QPOS, tkv: KPOS}
-        score_expr = render(g, inner, {s_id: SCORE}, lambda a: positions[a])
+        read = score_input_reads(g, inner, s_id, batch_axes, tq_axis, tkv, where)
+        score_expr = render(g, inner, {s_id: SCORE, **{n: text for n, _, text in read}},
+                            lambda a: positions[a])
+    score_inputs = tuple(si for _, si, _ in read)
     factor = c_exp * scale
     batch = axes_prod(g, batch_axes)
     kv_batch = axes_prod(g, kv_axes)
@@ -131,11 +179,12 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
                              g.size(dv_axis), scale=factor / LOG2E if use_exp2 else factor,
                              use_exp2=use_exp2, dtype=dtype, name=f"k{k}_attention",
                              kv_group=batch // kv_batch if kv_batch else 1, mask_lo=lo,
-                             mask_hi=hi, score_expr=score_expr)
+                             mask_hi=hi, score_expr=score_expr, score_inputs=score_inputs)
     except LoweringError as err:  # e.g. an empty axis: the template needs every extent >= 1
         raise LoweringError(err.message, path=where) from None
     params = [(q, (batch, spec.tq, spec.dqk)), (kk, (spec.kv_batch, spec.tkv, spec.dqk)),
               (v, (spec.kv_batch, spec.tkv, spec.dv))]
+    params += [(node, (si.extent,)) for node, si, _ in read]
     flops = 2 * batch * spec.tq * spec.tkv * (spec.dqk + spec.dv)
     return KernelLowering(k, "attention", spec, tuple(params), out, (batch, spec.tq, spec.dv),
                           flops)
