@@ -194,6 +194,56 @@ def test_attention_peers_see_scale_masks_and_gqa(spec, sizes, want):
     assert relative_error(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("bias_axes,split", [(["b", "t_kv"], 1), (["h", "t_q", "t_kv"], 1),
+                                             (["b", "h", "t_kv"], 0), (["t_kv"], 0)])
+def test_attention_peers_take_an_additive_bias(bias_axes, split):
+    """BERT's key-padding mask ``M[b, t_kv]``, T5's per-head bias ``B[h, t_q, t_kv]`` and
+    others added to the scaled scores: the pattern keeps the bias, SDPA's float
+    ``attn_mask`` is its broadcasting view (no copy), the peers are cuDNN and the
+    memory-efficient backend (no flash, no FA4), and SDPA computes the graph (math backend,
+    CPU, fp32, a quarter of the keys masked with -inf)."""
+    from superopt.ir.patterns import attention_pattern
+    from superopt.run import peers
+
+    b = DagBuilder("biased", [("b", 2), ("h", 3), ("t_q", 4), ("t_kv", 8), ("d", 8)])
+    q, k = b.input("Q", ["b", "h", "t_q", "d"]), b.input("K", ["b", "h", "t_kv", "d"])
+    v = b.input("V", ["b", "h", "t_kv", "d"])
+    s = b.add(b.mul(b.matmul(q, k, "d", "d"), b.const(8 ** -0.5)), b.input("M", bias_axes))
+    b.output(b.matmul(softmax_subdag(b, s, "t_kv"), v, "t_kv", "t_kv"))
+    g = b.build()
+    p = attention_pattern(g)
+    assert p is not None and g.nodes[p.bias].name == "M" and p.split == split and not p.masked
+    assert peer_names(g)[-2:] == ["SDPA cuDNN", "SDPA efficient"] and "FA4" not in peer_names(g)
+    x = random_inputs(g, 4, dtype=torch.float32)
+    x["M"][..., :2] = -math.inf
+    view = peers._sdpa_bias(g, p, [x[n] for n, _ in g.inputs])
+    assert view.data_ptr() == x["M"].data_ptr() and view.dim() == 4
+    ref = evaluate(g, {k: v.double() for k, v in x.items()})
+    out = peers._sdpa(g, p, "MATH")(*[x[n] for n, _ in g.inputs])
+    assert relative_error(out, ref) < 1e-5
+
+
+def test_attention_pattern_refuses_a_bias_it_cannot_view():
+    """Query heads ``(a, h1, h2)`` over K/V heads ``a`` (GQA): a bias over ``a``, or all of
+    ``h1, h2``, is a view; over ``h1`` alone it would split GQA's head group, and out of the
+    scores' order it would need a permuted copy: no SDPA peer rather than a copy."""
+    from superopt.ir.patterns import attention_pattern
+
+    def graph(bias_axes):
+        b = DagBuilder("biased", [("a", 2), ("h1", 3), ("h2", 2), ("t_q", 4), ("t_kv", 8),
+                                  ("d", 8)])
+        q = b.input("Q", ["a", "h1", "h2", "t_q", "d"])
+        k, v = b.input("K", ["a", "t_kv", "d"]), b.input("V", ["a", "t_kv", "d"])
+        s = b.add(b.matmul(q, k, "d", "d"), b.input("M", bias_axes))
+        b.output(b.matmul(softmax_subdag(b, s, "t_kv"), v, "t_kv", "t_kv"))
+        return b.build()
+
+    assert attention_pattern(graph(["a", "t_kv"])).split == 1
+    assert attention_pattern(graph(["h1", "h2", "t_q", "t_kv"])).split == 1
+    assert attention_pattern(graph(["h1", "t_kv"])) is None
+    assert attention_pattern(graph(["t_kv", "t_q"])) is None
+
+
 def test_attention_pattern_refuses_a_band_over_other_axes_and_a_finite_fill():
     from superopt.ir.patterns import attention_pattern
 

@@ -78,7 +78,11 @@ class AttentionPattern:
     (grouped-query attention: each K/V head serves the ``heads / kv_heads`` query heads
     after it, the layout SDPA's ``enable_gqa`` and FlashAttention assume). ``lo``/``hi``:
     the band mask ``lo ≤ i − j ≤ hi`` of a ``select(band(t_q, t_kv, lo, hi), ·, −∞)``
-    (``masked`` False: no mask)."""
+    (``masked`` False: no mask). ``bias``: an input added to the scaled scores (a key-padding
+    mask ``M[b, t_kv]``, a relative-position bias ``B[h, t_q, t_kv]``: SDPA's float
+    ``attn_mask``), its axes in the scores' order, with no band beside it; ``split``: how
+    many leading batch axes form SDPA's batch dimension so that the bias broadcasts as a
+    view (``[B1 | 1, H | 1, t_q | 1, t_kv | 1]``; 0 without a bias: ``[1, heads]``)."""
 
     q: NodeId
     k: NodeId
@@ -93,6 +97,8 @@ class AttentionPattern:
     masked: bool = False
     lo: int | None = None
     hi: int | None = None
+    bias: NodeId | None = None
+    split: int = 0
 
     @property
     def causal(self) -> bool:
@@ -163,6 +169,13 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     mask = _masked_scores(g, x, xa[xa.index(t_kv) - 1], t_kv)
     if mask is not None:
         x = mask[0]
+    bias = None
+    xn = g.nodes[x]
+    if xn.op == "add" and mask is None:
+        for sc, b_ in (xn.args, xn.args[::-1]):
+            if g.nodes[b_].op == "input" and _scaled_scores(g, sc) is not None:
+                bias, x = b_, sc
+                break
     scored = _scaled_scores(g, x)
     if scored is None:
         return None
@@ -188,8 +201,28 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     heads = math.prod(g.size(x) for x in batch)
     kv_heads = math.prod(g.size(x) for x in kv_batch)
     lo, hi = (mask[1], mask[2]) if mask is not None else (None, None)
+    split = 0
+    if bias is not None:
+        split = _bias_split(g.nodes[bias].axes, batch, kv_batch, t_q, t_kv)
+        if split is None:
+            return None
     return AttentionPattern(q, k, v, heads, kv_heads, g.size(t_q), g.size(t_kv), g.size(d),
-                            g.size(d_v), scale, mask is not None, lo, hi)
+                            g.size(d_v), scale, mask is not None, lo, hi, bias, split)
+
+
+def _bias_split(axes: tuple, batch: tuple, kv_batch: tuple, t_q: str, t_kv: str) -> int | None:
+    """How many leading batch axes form SDPA's batch dimension for a bias over ``axes``: the
+    bias must hold each of the two batch groups whole or not at all, and its axes must be in
+    the scores' order (so that it is a view ``[B1 | 1, H | 1, t_q | 1, t_kv | 1]``); the first
+    group lies within K/V's batch axes (GQA's heads are in the second). ``None``: no split."""
+    order = (*batch, t_q, t_kv)
+    if not set(axes) <= set(order) or list(axes) != sorted(axes, key=order.index):
+        return None
+    for split in range(len(kv_batch) + 1):
+        groups = (batch[:split], batch[split:])
+        if all(not (set(grp) & set(axes)) or set(grp) <= set(axes) for grp in groups):
+            return split
+    return None
 
 
 # -- row-wise structures: RMSNorm, softmax, SwiGLU --------------------------------------------

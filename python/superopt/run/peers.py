@@ -17,7 +17,9 @@ patterns`):
 * attention (``softmax_{t_kv}(mask(Q @_d K · c)) @_{t_kv} V``, any batch axes, K/V heads
   shared by groups of query heads, a band mask such as causal or a sliding window):
   ``SDPA cuDNN``, ``SDPA flash`` (``scaled_dot_product_attention`` with that one backend,
-  ``scale = c``, ``enable_gqa``, ``is_causal`` / ``causal_lower_right`` / the boolean band),
+  ``scale = c``, ``enable_gqa``, ``is_causal`` / ``causal_lower_right`` / the boolean band);
+  with an additive input instead of a band (a key-padding mask, a position bias: a float
+  ``attn_mask`` viewed to broadcast) ``SDPA cuDNN`` and ``SDPA efficient``, and no FA4,
   and ``FA4`` (FlashAttention-4's CuTe DSL forward, ``flash_attn.cute.flash_attn_func``,
   native ``[batch, seq, heads, dim]`` layout and GQA, ``causal`` / ``window_size``), which is
   ``absent`` where not installed. A backend that cannot run a case fails its check and is
@@ -68,6 +70,9 @@ from .timing import measure, short_error, synchronize
 
 COMPILE_PEERS = ("torch.compile", "torch.compile max-autotune-no-cudagraphs")
 SDPA_PEERS = {"SDPA cuDNN": "CUDNN_ATTENTION", "SDPA flash": "FLASH_ATTENTION"}
+#: With an additive bias (a float ``attn_mask``): the flash backend takes none, the
+#: memory-efficient one does.
+SDPA_BIAS_PEERS = {"SDPA cuDNN": "CUDNN_ATTENTION", "SDPA efficient": "EFFICIENT_ATTENTION"}
 
 
 class _TorchOps:
@@ -153,13 +158,35 @@ def _cublas(graph: Graph, p: GemmPattern) -> Callable[..., torch.Tensor]:
     return gemm
 
 
+def _sdpa_batch(graph: Graph, p: AttentionPattern) -> int:
+    """SDPA's batch extent: the first ``p.split`` batch axes of Q (1 without a bias)."""
+    q_axes = graph.nodes[p.q].axes
+    return math.prod(graph.size(a) for a in q_axes[:p.split])
+
+
 def _sdpa_views(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]):
-    """Q as ``[1, heads, t_q, d]``, K and V as ``[1, kv_heads, t_kv, d]`` (batch axes flattened:
-    query head ``h`` reads K/V head ``h // (heads / kv_heads)``, GQA's layout)."""
+    """Q as ``[B1, heads / B1, t_q, d]``, K and V as ``[B1, kv_heads / B1, t_kv, d]`` (batch
+    axes flattened: query head ``h`` reads K/V head ``h // (heads / kv_heads)``, GQA's
+    layout; ``B1`` the bias's batch group, 1 without one)."""
     pos = {nid: i for i, nid in enumerate(graph.input_ids)}
     q, k, v = (args[pos[p.q]], args[pos[p.k]], args[pos[p.v]])
-    return (q.reshape(1, p.heads, p.t_q, p.d), k.reshape(1, p.kv_heads, p.t_kv, p.d),
-            v.reshape(1, p.kv_heads, p.t_kv, p.d_v))
+    b1 = _sdpa_batch(graph, p)
+    return (q.reshape(b1, p.heads // b1, p.t_q, p.d),
+            k.reshape(b1, p.kv_heads // b1, p.t_kv, p.d),
+            v.reshape(b1, p.kv_heads // b1, p.t_kv, p.d_v))
+
+
+def _sdpa_bias(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The bias input as SDPA's float ``attn_mask``, a view ``[B1 | 1, H | 1, t_q | 1,
+    t_kv | 1]`` that broadcasts over the axes it lacks."""
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    axes = set(graph.nodes[p.bias].axes)
+    batch = graph.nodes[p.q].axes[:-2]
+    t_q = graph.nodes[p.q].axes[-2]
+    t_kv = graph.nodes[p.k].axes[-2]
+    groups = (batch[:p.split], batch[p.split:], (t_q,), (t_kv,))
+    dims = [math.prod(graph.size(a) for a in grp) if set(grp) & axes else 1 for grp in groups]
+    return args[pos[p.bias]].reshape(dims)
 
 
 def _sdpa_mask(graph: Graph, p: AttentionPattern, device) -> dict:
@@ -198,6 +225,8 @@ def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[...,
                 kw["enable_gqa"] = True
             cached["kw"] = kw
         kw = cached["kw"]
+        if p.bias is not None:  # the caller's tensor, viewed on every call
+            kw = dict(kw, attn_mask=_sdpa_bias(graph, p, args))
         with sdpa_kernel([backend]):
             o = F.scaled_dot_product_attention(q, k, v, scale=p.scale, **kw)
         return o.reshape(shape)
@@ -345,9 +374,10 @@ def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]
         out["quack GEMM"] = lambda: _quack_gemm(graph, g)
     a = attention_pattern(graph)
     if a is not None:
-        for name, backend in SDPA_PEERS.items():
+        for name, backend in (SDPA_PEERS if a.bias is None else SDPA_BIAS_PEERS).items():
             out[name] = (lambda b=backend: _sdpa(graph, a, b))
-        out["FA4"] = lambda: _fa4(graph, a)
+        if a.bias is None:  # FA4's forward takes no additive bias
+            out["FA4"] = lambda: _fa4(graph, a)
     r = rmsnorm_pattern(graph)
     if r is not None:
         out["quack RMSNorm" + (" + cuBLAS" if r.w is not None else "")] = \
