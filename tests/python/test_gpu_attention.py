@@ -68,13 +68,21 @@ def _match(graph, dtype):
     return match_plan(ds[0].plan, dtype)
 
 
+def lower_graph_case(graph, dtype, pick):
+    """The CPU half of :func:`check_graph`: the one-kernel online plan's configurations that
+    ``pick(space, match)`` chooses, each lowered; yields ``(flat config, module)``.
+    ``test_gpu_plan_cases.py`` runs the graph cases through this alone, on the CPU."""
+    m = _match(graph, dtype)
+    chosen = pick(config_space(m, limit=200), m)
+    assert chosen, "no configuration picked"
+    for flat in chosen:
+        yield flat, lower_plan(m, flat)
+
+
 def check_graph(graph, dtype, pick, scale_q=1.0, given=None):
     """Run every flat configuration ``pick(space)`` chooses; assert each matches float64.
     Inputs are standard normal (Q times ``scale_q``) except those ``given`` (name → tensor)."""
-    m = _match(graph, dtype)
-    space = config_space(m, limit=200)
-    chosen = pick(space, m)
-    assert chosen, "no configuration picked"
+    lowered = list(lower_graph_case(graph, dtype, pick))
     gen = torch.Generator(device="cuda").manual_seed(11)
     dt = getattr(torch, dtype)
     xs = {n: (torch.randn(sh, generator=gen, device="cuda") * (scale_q if n == "Q" else 1.0)
@@ -83,8 +91,8 @@ def check_graph(graph, dtype, pick, scale_q=1.0, given=None):
     with torch.no_grad():
         ref = evaluate(graph, {n: x.double() for n, x in xs.items()})
     failures = []
-    for flat in chosen:
-        launch = lower_plan(m, flat).load("cuda")
+    for flat, module in lowered:
+        launch = module.load("cuda")
         out = torch.full(graph.output_shape, float("nan"), dtype=dt, device="cuda")
         launch(out, *(xs[n] for n, _ in graph.inputs))
         torch.cuda.synchronize()
