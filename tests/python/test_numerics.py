@@ -332,3 +332,23 @@ def test_a_graph_no_plan_can_stabilise_gets_no_fp32_sets(tmp_path):
         [s.name for s in strict if not s.why.endswith("(float32's range)")]
     with Session(lse, dtype="float16", device="cpu", fp32_range=False) as s:
         assert [n for n, _ in s.input_sets()] == [x.name for x in loose]
+
+
+def test_stored_reference_rounds_past_the_storage_range_to_infinity():
+    """A float64 reference value the 16-bit output cannot hold is the infinity it rounds to
+    (fp16: |x| >= 65520); finite values inside the range, NaN and infinities are kept; the
+    kernel's inf there then compares as a pattern."""
+    import torch
+
+    from superopt.ir.semantics import relative_error, stored_reference
+
+    ref = torch.tensor([1e10, -1e10, 65519.0, 65520.0, -3.0, math.nan, -math.inf],
+                       dtype=torch.float64)
+    got = stored_reference(ref, torch.float16)
+    want = [math.inf, -math.inf, 65519.0, math.inf, -3.0, math.nan, -math.inf]
+    assert [str(x) for x in got.tolist()] == [str(x) for x in want]
+    assert torch.equal(stored_reference(ref[:3], torch.bfloat16), ref[:3])  # in its range
+    out = torch.tensor([math.inf, -math.inf, 65504.0, math.inf, -3.0, math.nan, -math.inf],
+                       dtype=torch.float16)
+    assert relative_error(out, got) < 1e-3
+    assert relative_error(out, ref) == math.inf  # against the raw reference: a false "nan"

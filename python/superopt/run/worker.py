@@ -108,14 +108,17 @@ class Worker:
         return random_inputs(self.graph, seed, dtype=self.tdtype, device=self.device)
 
     def _reference(self, inputs: dict) -> tuple:
-        """The float64 reference of every output (a tuple, in ``graph.outputs`` order)."""
-        from ..ir.semantics import evaluate
+        """The float64 reference of every output (a tuple, in ``graph.outputs`` order), with
+        each value past the storage dtype's range replaced by the infinity it rounds to
+        (:func:`~superopt.ir.semantics.stored_reference`)."""
+        from ..ir.semantics import evaluate, stored_reference
 
         torch = self.torch
         ref = evaluate(self.graph, {k: v.to(torch.float64) for k, v in inputs.items()})
         refs = ref if isinstance(ref, tuple) else (ref,)
-        return tuple((r if isinstance(r, torch.Tensor) else torch.from_numpy(r))
-                     .to(device=self.device, dtype=torch.float64) for r in refs)
+        return tuple(stored_reference((r if isinstance(r, torch.Tensor) else torch.from_numpy(r))
+                                      .to(device=self.device, dtype=torch.float64), self.tdtype)
+                     for r in refs)
 
     def _poisoned_outputs(self, value: float) -> list:
         return [self.torch.full(shape, value, dtype=self.tdtype, device=self.device)
