@@ -178,7 +178,10 @@ def _sdpa_views(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor])
 
 def _sdpa_bias(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]) -> torch.Tensor:
     """The bias input as SDPA's float ``attn_mask``, a view ``[B1 | 1, H | 1, t_q | 1,
-    t_kv | 1]`` that broadcasts over the axes it lacks."""
+    t_kv | 1]`` that broadcasts over the axes it lacks. (A row whose every score is ``-inf``
+    comes out 0 from SDPA's math backend, torch 2.13, but NaN from the graph and from our
+    kernels (``docs/errors.md``, the fully masked row): the check's random inputs hold no
+    such row, so the peer is never judged on one.)"""
     pos = {nid: i for i, nid in enumerate(graph.input_ids)}
     axes = set(graph.nodes[p.bias].axes)
     batch = graph.nodes[p.q].axes[:-2]
