@@ -445,8 +445,10 @@ def colreduce_cost(spec: ColReduceSpec, c: ColConfig) -> tuple:
 def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[ColConfig]:
     """Candidate tiles for a column reduction, best first (:func:`colreduce_cost`).
 
-    Candidates give every thread 4 to 32 elements per step, at least 8 columns a row (one
-    16-byte access in fp16) and a tile no more than twice as tall or as wide as the view.
+    Candidates give every thread 4 to 32 elements per step, 8 to 2048 columns a row (8: one
+    16-byte access in fp16; 2048: a reduced axis of 2 at 16 elements a thread, the MoE
+    combine, whose 2 × 512 tiles left 8 a thread and ran 1.13 × the floor on the H200) and a
+    tile no more than twice as tall or as wide as the view.
     Where a tile's blocks do not fill twice the SMs, it is also offered split 2 to 128 ways
     along the reduced axis (each split at least two steps of it, the blocks at most four
     per SM): a tall, narrow reduction (a column sum of ``[10^6, 64]``, one pooled sequence)
@@ -459,7 +461,7 @@ def colreduce_config_space(spec: ColReduceSpec, limit: int | None = 12) -> list[
     red, inner = max(spec.red, 1), spec.inner
     cands, overflow = [], None
     for threads in (128, 256):
-        for bc in (8, 16, 32, 64, 128, 256, 512):
+        for bc in (8, 16, 32, 64, 128, 256, 512, 1024, 2048):
             for br in (1, 2, 4, 8, 16, 32, 64, 128):
                 ept = br * bc // threads
                 if (br * bc) % threads or not 4 <= ept <= 32:
