@@ -352,3 +352,44 @@ def test_stored_reference_rounds_past_the_storage_range_to_infinity():
                        dtype=torch.float16)
     assert relative_error(out, got) < 1e-3
     assert relative_error(out, ref) == math.inf  # against the raw reference: a false "nan"
+
+
+def test_key_padding_set_masks_keys_with_minus_infinity():
+    """An attention whose scores take a key-padding input gets the key padding set: row 0
+    of the mask fully masked (its outputs NaN in the reference), row 1 fully kept, the others
+    a prefix of keys; the online-softmax plan, run by the plan interpreter with key tiles of
+    2 (tiles fully masked on the way), gives the reference's values and NaN pattern. A graph
+    with no such input gets no set."""
+    import warnings
+
+    from superopt.derive import derive_all
+    from superopt.dsl import softmax_subdag
+    from superopt.ir.numerics import KeyPaddingSet, key_padding_sets
+    from superopt.ir.semantics import evaluate, relative_error
+    from superopt.verify.interpreter import run_plan
+
+    b = DagBuilder("masked", [("b", 4), ("h", 2), ("t_q", 3), ("t_kv", 5), ("d", 4)])
+    q, k = b.input("Q", ["b", "h", "t_q", "d"]), b.input("K", ["b", "h", "t_kv", "d"])
+    v = b.input("V", ["b", "h", "t_kv", "d"])
+    s = b.add(b.mul(b.matmul(q, k, "d", "d"), b.const(0.5)), b.input("M", ["b", "t_kv"]))
+    b.output(b.matmul(softmax_subdag(b, s, "t_kv"), v, "t_kv", "t_kv"))
+    g = b.build()
+    [ks] = key_padding_sets(g)
+    assert isinstance(ks, KeyPaddingSet) and (ks.mask, ks.key_axis) == ("M", "t_kv")
+    x = ks.draw(g, 3)
+    m = x["M"]
+    kept = (m == 0).sum(axis=1).tolist()
+    assert kept[:2] == [0, 5] and set(np.unique(m)) <= {0.0, -np.inf}
+    assert kept[2:] == [(2 * 7919) % 6, (3 * 7919) % 6]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 0/0 of the fully masked rows
+        ref = evaluate(g, x)
+        assert np.isnan(ref[0]).all() and np.isfinite(ref[1:]).all()
+        online = next(d.plan for d in derive_all(g) if any(kk.online for kk in d.plan.kernels))
+        out = run_plan(online, x, tile=2)
+    assert relative_error(out, ref) < 1e-12
+    b2 = DagBuilder("plain", [("t_q", 3), ("t_kv", 5), ("d", 4)])
+    q, k = b2.input("Q", ["t_q", "d"]), b2.input("K", ["t_kv", "d"])
+    p = softmax_subdag(b2, b2.matmul(q, k, "d", "d"), "t_kv")
+    b2.output(b2.matmul(p, b2.input("V", ["t_kv", "d"]), "t_kv", "t_kv"))
+    assert key_padding_sets(b2.build()) == []

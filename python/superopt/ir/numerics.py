@@ -201,6 +201,60 @@ def adversarial_sets(graph: Graph, dtype: Any = "float16", *, seed: int = 7,
     return found
 
 
+@dataclass(frozen=True)
+class KeyPaddingSet(InputSet):
+    """The realistic draw with an attention's additive score input (a key-padding mask
+    ``M[b, t_kv]``, a bias ``B[h, t_q, t_kv]``: :attr:`~superopt.ir.patterns.
+    AttentionPattern.bias`) replaced by key padding: along ``key_axis`` row ``r`` (the input's
+    other axes flattened) keeps its first ``(r · 7919) mod (t_kv + 1)`` keys at 0 and masks
+    the rest with ``−inf``. Row 0 keeps none: a fully masked row, whose output the reference
+    and the kernels give as NaN (``docs/errors.md``); row 1 keeps all. What N(0, 1) draws of
+    a mask never hold, and what the kernel's masked-tile and split-KV paths must get right.
+    """
+
+    mask: str = ""
+    key_axis: str = ""
+
+    def draw(self, graph: Graph, seed: int, *, dtype: Any = None, device: Any = None) -> dict:
+        out = super().draw(graph, seed, dtype=dtype, device=device)
+        node = next(n for n in graph.nodes if n.op == "input" and n.name == self.mask)
+        axes = node.axes
+        k = axes.index(self.key_axis)
+        t = graph.size(self.key_axis)
+        rows = int(np.prod([graph.size(a) for a in axes if a != self.key_axis], dtype=np.int64))
+        keep = (np.arange(rows, dtype=np.int64) * 7919) % (t + 1)
+        if rows > 1:
+            keep[1] = t
+        if rows > 0:
+            keep[0] = 0
+        flat = np.where(np.arange(t)[None, :] < keep[:, None], 0.0, -np.inf)  # [rows, t]
+        other = [graph.size(a) for a in axes if a != self.key_axis]
+        m = np.moveaxis(flat.reshape(*other, t), -1, k)
+        if dtype is None:
+            out[self.mask] = m
+        else:
+            import torch
+            out[self.mask] = torch.from_numpy(m).to(device=device or "cpu", dtype=dtype)
+        return out
+
+
+def key_padding_sets(graph: Graph) -> list[InputSet]:
+    """One :class:`KeyPaddingSet` for an attention graph whose scores take an additive input
+    over the key axis (:func:`~superopt.ir.patterns.attention_pattern`), else ``[]``."""
+    from .patterns import attention_pattern
+
+    p = attention_pattern(graph)
+    if p is None or p.bias is None:
+        return []
+    node = graph.nodes[p.bias]
+    t_kv = graph.nodes[p.k].axes[-2]
+    if t_kv not in node.axes:
+        return []
+    return [KeyPaddingSet("key padding (-inf)", input_scales(graph),
+                          why=f"input {node.name!r} masks keys with -inf, one row wholly",
+                          mask=node.name, key_axis=t_kv)]
+
+
 def _round_to(x: np.ndarray, name: str) -> np.ndarray:
     """``x`` rounded to a 16-bit storage dtype, back in float64 (numpy has fp16 only; bf16
     keeps the top 16 bits of float32)."""
@@ -213,5 +267,6 @@ def _round_to(x: np.ndarray, name: str) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-__all__ = ["InputSet", "STEPS", "FLOAT32_LARGEST", "realistic_set", "adversarial_sets",
+__all__ = ["InputSet", "KeyPaddingSet", "key_padding_sets", "STEPS", "FLOAT32_LARGEST",
+           "realistic_set", "adversarial_sets",
            "node_peaks"]

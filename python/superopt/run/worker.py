@@ -195,13 +195,16 @@ class Worker:
 
     def adversarial_sets(self) -> list:
         """The graph's adversarial input sets for this dtype, found once per Setup on this
-        device in float64 (:func:`superopt.ir.numerics.adversarial_sets`)."""
+        device in float64 (:func:`superopt.ir.numerics.adversarial_sets`), and key padding
+        where an attention's scores take an additive input (:func:`~superopt.ir.numerics.
+        key_padding_sets`)."""
         if self._adversarial is None:
-            from ..ir.numerics import adversarial_sets
+            from ..ir.numerics import adversarial_sets, key_padding_sets
 
             self._adversarial = adversarial_sets(self.graph, self.dtype_name,
                                                  device=self.device, stored=self.stored,
                                                  fp32_range=self.fp32_range)
+            self._adversarial += key_padding_sets(self.graph)
         return self._adversarial
 
     def on_InputSets(self, req: P.InputSets) -> P.Reply:
