@@ -17,13 +17,13 @@ patterns`):
 * attention (``softmax_{t_kv}(mask(Q @_d K · c)) @_{t_kv} V``, any batch axes, K/V heads
   shared by groups of query heads, a band mask such as causal or a sliding window):
   ``SDPA cuDNN``, ``SDPA flash`` (``scaled_dot_product_attention`` with that one backend,
-  ``scale = c``, ``enable_gqa``, ``is_causal`` / ``causal_lower_right`` / the boolean band);
-  with an additive input instead of a band (a key-padding mask, a position bias: a float
-  ``attn_mask`` viewed to broadcast) ``SDPA cuDNN`` and ``SDPA efficient``, and no FA4,
+  ``scale = c``, ``enable_gqa``, ``is_causal`` / ``causal_lower_right`` / the boolean band)
   and ``FA4`` (FlashAttention-4's CuTe DSL forward, ``flash_attn.cute.flash_attn_func``,
   native ``[batch, seq, heads, dim]`` layout and GQA, ``causal`` / ``window_size``), which is
-  ``absent`` where not installed. A backend that cannot run a case fails its check and is
-  recorded so;
+  ``absent`` where not installed. With an additive input instead of a band (a key-padding
+  mask, a position bias: a float ``attn_mask``, viewed to broadcast) the peers are ``SDPA
+  cuDNN`` and ``SDPA efficient``: flash and FA4 take no bias. A backend that cannot run a
+  case fails its check and is recorded so;
 * RMSNorm rows (``H · rsqrt(mean_d(H²) + eps)``, an optional gain ``γ[d]``, ``H`` an input
   or a residual add of two, then optionally a GEMM ``@_d W``): ``quack RMSNorm``
   (``quack.rmsnorm.rmsnorm_fwd``, with ``residual=`` for the add), named ``quack RMSNorm +
