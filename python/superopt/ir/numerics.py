@@ -26,7 +26,12 @@ that every plan stores in 16 bits (``stored``: an MLP's hidden activation, which
 a 16-bit GEMM operand) are held in range like the outputs: their overflow is the model's,
 not a plan's, and a set that overflowed them would fail every candidate (and every peer).
 
-Owns: the adversarial families and the peak of every intermediate (:func:`node_peaks`).
+Beside them, an attention whose scores take an additive input over the key axis (a
+key-padding mask) is also checked on key padding itself (:func:`key_padding_sets`): keys
+masked with ``−inf``, one row wholly, which N(0, 1) draws of a mask never hold.
+
+Owns: the adversarial families, the key padding set and the peak of every intermediate
+(:func:`node_peaks`).
 Imports the IR and :mod:`superopt.dtypes` only (numpy; torch when asked for a device).
 """
 
