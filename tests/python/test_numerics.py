@@ -393,3 +393,27 @@ def test_key_padding_set_masks_keys_with_minus_infinity():
     p = softmax_subdag(b2, b2.matmul(q, k, "d", "d"), "t_kv")
     b2.output(b2.matmul(p, b2.input("V", ["t_kv", "d"]), "t_kv", "t_kv"))
     assert key_padding_sets(b2.build()) == []
+
+
+def test_key_padding_set_draws_the_same_pattern_in_torch():
+    """The worker draws the set in its storage dtype on its device: the same 0 / -inf
+    pattern as the float64 draw (a per-head bias ``B[h, t_q, t_kv]``, rows over h and
+    t_q)."""
+    import torch
+
+    from superopt.dsl import softmax_subdag
+    from superopt.ir.numerics import key_padding_sets
+
+    b = DagBuilder("masked_t", [("h", 3), ("t_q", 2), ("t_kv", 7), ("d", 4)])
+    q, k = b.input("Q", ["h", "t_q", "d"]), b.input("K", ["h", "t_kv", "d"])
+    s = b.add(b.matmul(q, k, "d", "d"), b.input("B", ["h", "t_q", "t_kv"]))
+    b.output(b.matmul(softmax_subdag(b, s, "t_kv"), b.input("V", ["h", "t_kv", "d"]), "t_kv",
+                      "t_kv"))
+    g = b.build()
+    [ks] = key_padding_sets(g)
+    ref = ks.draw(g, 5)["B"]
+    got = ks.draw(g, 5, dtype=torch.float16)["B"]
+    assert got.dtype == torch.float16 and tuple(got.shape) == ref.shape == (3, 2, 7)
+    assert np.array_equal(got.double().numpy(), ref)
+    kept = (ref == 0).sum(axis=-1).reshape(-1).tolist()
+    assert kept[:2] == [0, 7] and kept[2:] == [(r * 7919) % 8 for r in range(2, 6)]

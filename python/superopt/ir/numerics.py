@@ -226,20 +226,28 @@ class KeyPaddingSet(InputSet):
         axes = node.axes
         k = axes.index(self.key_axis)
         t = graph.size(self.key_axis)
-        rows = int(np.prod([graph.size(a) for a in axes if a != self.key_axis], dtype=np.int64))
-        keep = (np.arange(rows, dtype=np.int64) * 7919) % (t + 1)
+        other = [graph.size(a) for a in axes if a != self.key_axis]
+        rows = int(np.prod(other, dtype=np.int64))
+        if dtype is None:  # numpy float64 (CPU checks, small graphs)
+            xp, pos, keep = np, np.arange(t), np.arange(rows, dtype=np.int64)
+        else:  # built where it is used, in its dtype: a [h, t_q, t_kv] bias can be GBs
+            import torch
+            xp = torch
+            pos = torch.arange(t, device=device or "cpu")
+            keep = torch.arange(rows, dtype=torch.int64, device=device or "cpu")
+        keep = (keep * 7919) % (t + 1)
         if rows > 1:
             keep[1] = t
         if rows > 0:
             keep[0] = 0
-        flat = np.where(np.arange(t)[None, :] < keep[:, None], 0.0, -np.inf)  # [rows, t]
-        other = [graph.size(a) for a in axes if a != self.key_axis]
-        m = np.moveaxis(flat.reshape(*other, t), -1, k)
+        masked = pos[None, :] >= keep[:, None]  # [rows, t]
         if dtype is None:
-            out[self.mask] = m
+            flat = np.where(masked, -np.inf, 0.0)
+            out[self.mask] = np.moveaxis(flat.reshape(*other, t), -1, k)
         else:
-            import torch
-            out[self.mask] = torch.from_numpy(m).to(device=device or "cpu", dtype=dtype)
+            flat = xp.zeros((rows, t), dtype=dtype, device=device or "cpu")
+            flat.masked_fill_(masked, float("-inf"))
+            out[self.mask] = flat.reshape(*other, t).movedim(-1, k).contiguous()
         return out
 
 
