@@ -25,7 +25,7 @@ import torch
 from superopt import errors, wire
 from superopt.dag import MAX_SIZE, Graph, Node
 from superopt.derive import complete, derive_all, explore
-from superopt.dsl import DagBuilder, build_graph_with_output, rms_norm_subdag
+from superopt.dsl import DagBuilder, build_graph_with_output, rms_norm_subdag, softmax_subdag
 from superopt.verify.interpreter import run_plan
 from superopt.lower import lower_derivation, lowerable, match_plan, module_source
 from superopt.derive.plan import initial_plan
@@ -869,3 +869,22 @@ def test_search_record_top1_survives_faulty_candidates(tmp_path):
     wire_results = search.results_for_wire(record)
     assert wire_results["top1"] == "good_fast"
     wire.decode(wire.encode(wire.results_to_wire(wire_results)))
+
+
+def test_plan_interpreter_refuses_an_input_of_another_shape():
+    """``run_plan`` checks inputs as ``evaluate`` does: a mask one key short used to
+    broadcast its last column silently (a newcomer's pass, 2026-12-05)."""
+    b = DagBuilder("masked", [("b", 2), ("t_q", 3), ("t_kv", 8), ("d", 4)])
+    q, k = b.input("Q", ["b", "t_q", "d"]), b.input("K", ["b", "t_kv", "d"])
+    s = b.add(b.matmul(q, k, "d", "d"), b.input("M", ["b", "t_kv"]))
+    b.output(b.matmul(softmax_subdag(b, s, "t_kv"), b.input("V", ["b", "t_kv", "d"]), "t_kv",
+                      "t_kv"))
+    g = b.build()
+    x = random_inputs(g, 1)
+    plan = next(d.plan for d in derive_all(g) if any(kk.online for kk in d.plan.kernels))
+    assert np.allclose(run_plan(plan, x, tile=2), evaluate(g, x))
+    with pytest.raises(errors.SchemaError, match=r"input 'M' has shape \(2, 7\), expected "
+                       r"\(2, 8\) for axes \['b', 't_kv'\]"):
+        run_plan(plan, dict(x, M=x["M"][:, :7]), tile=2)
+    with pytest.raises(errors.SchemaError, match="input 'M' is missing"):
+        run_plan(plan, {n: v for n, v in x.items() if n != "M"}, tile=2)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import SchemaError
-from .dag import Graph, Node
+from .dag import Graph, Node, NodeId
 from .facts import input_scales
 from .ops import BINARY, UNARY, apply_select
 
@@ -190,14 +190,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, all_nodes: bool = False
         if i not in live:
             continue
         if node.op == "input":
-            if node.name not in inputs:
-                raise SchemaError(f"input {node.name!r} is missing", path=f"inputs.{node.name}")
-            x = inputs[node.name]
-            if tuple(x.shape) != graph.shape(i):
-                raise SchemaError(f"input {node.name!r} has shape {tuple(x.shape)}, expected "
-                                  f"{graph.shape(i)} for axes {list(node.axes)}",
-                                  path=f"inputs.{node.name}")
-            vals[i] = ops.f64(x)
+            vals[i] = ops.f64(checked_input(graph, i, inputs))
         else:
             vals[i] = eval_node(graph, node, vals, ops)
     if all_nodes:
@@ -240,6 +233,23 @@ def random_inputs(graph: Graph, seed: int, *, scales: Mapping[str, float] | None
         x = torch.randn(shape, generator=gen, device=device or "cpu", dtype=torch.float32)
         out[name] = (x * scales.get(name, 1.0) + offsets.get(name, 0.0)).to(dtype)
     return out
+
+
+def checked_input(graph: Graph, i: NodeId, inputs: Mapping[str, Any]) -> Any:
+    """The array ``inputs`` gives input node ``i``, checked against its declared shape.
+
+    Raises:
+        SchemaError: the input missing, or of another shape, naming it and its axes.
+    """
+    node = graph.nodes[i]
+    if node.name not in inputs:
+        raise SchemaError(f"input {node.name!r} is missing", path=f"inputs.{node.name}")
+    x = inputs[node.name]
+    if tuple(x.shape) != graph.shape(i):
+        raise SchemaError(f"input {node.name!r} has shape {tuple(x.shape)}, expected "
+                          f"{graph.shape(i)} for axes {list(node.axes)}",
+                          path=f"inputs.{node.name}")
+    return x
 
 
 def stored_reference(ref, dtype):

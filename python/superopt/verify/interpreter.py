@@ -43,7 +43,7 @@ from ..errors import DerivationError
 from ..ir.dag import LEAF_OPS, NodeId
 from ..ir.ops import apply_select
 from ..ir.semantics import (ArrayOps, align, apply_binary, apply_unary, band_value,
-                            einsum_spec, eval_node)
+                            checked_input, einsum_spec, eval_node)
 
 Region = dict  # axis -> (start, stop)
 
@@ -326,6 +326,7 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
         graph of several).
 
     Raises:
+        SchemaError: an input missing, or of another shape than its declaration.
         DerivationError: a kernel that left an element of one of its outputs unwritten, or
             a plan the tile semantics cannot execute.
     """
@@ -334,8 +335,8 @@ def run_plan(plan: Plan, inputs: Mapping[str, np.ndarray],
     tile_size = {a: (tile if isinstance(tile, int) else tile.get(a, 3)) for a in sizes}
     glob: dict[NodeId, np.ndarray] = {}
     for i, n in enumerate(g.nodes):
-        if n.op == "input":
-            glob[i] = ops.f64(inputs[n.name])
+        if n.op == "input":  # a short input would broadcast its last element silently
+            glob[i] = ops.f64(checked_input(g, i, inputs))
     written: dict[NodeId, np.ndarray] = {}
     for k, kern in enumerate(plan.kernels):
         for out in plan.outputs(k):
