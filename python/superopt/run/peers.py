@@ -176,20 +176,27 @@ def _sdpa_views(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor])
             v.reshape(b1, p.kv_heads // b1, p.t_kv, p.d_v))
 
 
+def _bias_layout(graph: Graph, p: AttentionPattern) -> tuple[int, list[int]]:
+    """Where the bias is among the graph's inputs, and the dims of its SDPA view (computed
+    once per peer, not on the timed call)."""
+    pos = list(graph.input_ids).index(p.bias)
+    axes = set(graph.nodes[p.bias].axes)
+    batch = graph.nodes[p.q].axes[:-2]
+    t_q = graph.nodes[p.q].axes[-2]
+    t_kv = graph.nodes[p.k].axes[-2]
+    groups = (batch[:p.split], batch[p.split:], (t_q,), (t_kv,))
+    return pos, [math.prod(graph.size(a) for a in grp) if set(grp) & axes else 1
+                 for grp in groups]
+
+
 def _sdpa_bias(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]) -> torch.Tensor:
     """The bias input as SDPA's float ``attn_mask``, a view ``[B1 | 1, H | 1, t_q | 1,
     t_kv | 1]`` that broadcasts over the axes it lacks. (A row whose every score is ``-inf``
     comes out 0 from SDPA's math backend, torch 2.13, but NaN from the graph and from our
     kernels (``docs/errors.md``, the fully masked row): the check's random inputs hold no
     such row, so the peer is never judged on one.)"""
-    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
-    axes = set(graph.nodes[p.bias].axes)
-    batch = graph.nodes[p.q].axes[:-2]
-    t_q = graph.nodes[p.q].axes[-2]
-    t_kv = graph.nodes[p.k].axes[-2]
-    groups = (batch[:p.split], batch[p.split:], (t_q,), (t_kv,))
-    dims = [math.prod(graph.size(a) for a in grp) if set(grp) & axes else 1 for grp in groups]
-    return args[pos[p.bias]].reshape(dims)
+    pos, dims = _bias_layout(graph, p)
+    return args[pos].reshape(dims)
 
 
 def _sdpa_mask(graph: Graph, p: AttentionPattern, device) -> dict:
@@ -219,6 +226,7 @@ def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[...,
     backend = getattr(SDPBackend, backend_name)
     shape = graph.output_shape
     cached: dict = {}  # the mask, built on the first call's device
+    bias = _bias_layout(graph, p) if p.bias is not None else None
 
     def sdpa(*args: torch.Tensor) -> torch.Tensor:
         q, k, v = _sdpa_views(graph, p, args)
@@ -228,8 +236,8 @@ def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[...,
                 kw["enable_gqa"] = True
             cached["kw"] = kw
         kw = cached["kw"]
-        if p.bias is not None:  # the caller's tensor, viewed on every call
-            kw = dict(kw, attn_mask=_sdpa_bias(graph, p, args))
+        if bias is not None:  # the caller's tensor, viewed on every call
+            kw = dict(kw, attn_mask=args[bias[0]].reshape(bias[1]))
         with sdpa_kernel([backend]):
             o = F.scaled_dot_product_attention(q, k, v, scale=p.scale, **kw)
         return o.reshape(shape)
