@@ -9,7 +9,11 @@
 #           sentence_mean_pool (never timed: its check called +inf wrong), bert_attention again;
 #   stale   the rows the notes call stale: llama3_attention, ref_attention, mistral, layernorm,
 #           gelu_mlp_chain.
-#   usage (GPU machine, repo root): bash bench/explore/owed_after_masks.sh tests|suite|stale
+#   splitk  (written 2026-12-05, second session) split-K GEMMs: their GPU tests, then the
+#           decode MLP's down projection one launch against split 2 and 4 (the model predicts
+#           38.8 -> 30.1 us for split 2), interleaved with torch.compile; then the decode MLP
+#           through the search (its top-1 was 112.7 us against torch.compile's 93.7).
+#   usage (GPU machine, repo root): bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 if [[ ! -d /tmp/site/tilelang ]]; then mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/site.tar.xz; fi
@@ -26,5 +30,17 @@ case ${1:-} in
   stale)
     SUITE_LIMIT=560 bash bench/gpu_suite.sh llama3_attention,ref_attention,mistral_sliding_window_attention,layernorm,gelu_mlp_chain \
       --budget 4 --time-budget 45 --rounds 3 --processes 3 ;;
-  *) echo "usage: $0 tests|suite|stale" >&2; exit 2 ;;
+  splitk)
+    GPU_TESTS_K="split_k" bash bench/gpu_tests.sh 200 tests/python/test_gpu_gemm.py
+    # the measured top-1's gate/up kernel (c1) in every variant: only the down projection varies
+    gu="k0.block_m=64,k0.block_n=128,k0.block_k=128,k0.stages=2,k0.schedule=auto"
+    down="$gu,k1.block_m=64,k1.block_n=64,k1.block_k=128,k1.stages=5,k1.threads=128,k1.schedule=ws"
+    timeout 240 python3 bench/explore/time_configs.py examples/models/llama3_decode_mlp.py:llama3_decode_mlp \
+      "gemm+gemm:$down,k1.splits=1" "gemm+gemm:$down,k1.splits=2" "gemm+gemm:$down,k1.splits=4" \
+      "gemm+gemm:${down/schedule=ws/schedule=auto},k1.splits=2" \
+      --peers "torch.compile max-autotune-no-cudagraphs" --rounds 3 --processes 3 \
+      --out "$out/decode_split_k.json" 2>&1 | tail -15
+    SUITE_LIMIT=150 bash bench/gpu_suite.sh llama3_decode_mlp --budget 4 --time-budget 40 \
+      --rounds 3 --processes 3 ;;
+  *) echo "usage: $0 tests|suite|stale|splitk" >&2; exit 2 ;;
 esac

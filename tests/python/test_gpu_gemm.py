@@ -19,7 +19,8 @@ input, a K-axis mask, the sum of squares and a dual GEMM (issue 15); GEMM chains
 intermediate on chip, several column tiles per block, the intermediate streamed, the plans
 of ``fuse_gemm_chain`` (issue 15); a vector times a matrix; C staged in the ring at
 256×128×64 with 4 stages and a 2-CTA cluster, persistent "ws" kernels walking their tiles
-with and without a cluster (issue 16).
+with and without a cluster (issue 16); split-K on both schedules, a dual GEMM's two partials
+and a prologue's A computed per split (issue 15's decode MLP).
 
 Inputs are small multiples of 1/8 (|x| <= 1), so every fp32 accumulation of a plain GEMM is
 exact and the output's rounding is the only error: ``|out - ref| <= 2u |ref| + 1e-6`` (u = 2^-11
@@ -840,3 +841,51 @@ def test_programmatic_dependent_launch_sees_the_previous_grid(tmp_path, tile):
         ref = outs[k].double() @ w.double()
         err = ((outs[k + 1].double() - ref).norm() / ref.norm()).item()
         assert err < 2e-3, (k, err)
+
+
+# =========================================================================================
+# split-K: partials in fp32 scratch, then the combine with the epilogue
+# =========================================================================================
+
+def _split(schedule: str):
+    return lambda c: c["k0.splits"] > 1 and c["k0.schedule"] == schedule
+
+
+@pytest.mark.parametrize("schedule", ["auto", "ws"])
+def test_split_k_residual_plan(iso, tmp_path, schedule):
+    """A decode step's down projection with its residual, ``X + H @ W`` over 8 rows and a
+    ragged n: split along K on both schedules (partials stored under the row guard, the
+    residual read by the combine)."""
+    def body(b):
+        h, w = b.input("H", ["t", "f"]), b.input("W", ["f", "d"])
+        return b.add(b.input("X", ["t", "d"]), b.matmul(h, w, "f", "f"))
+    g, plan = _graph_plan("split_residual", [("t", 8), ("f", 2048), ("d", 328)], body,
+                          [((3, 4), ("t", "d"), "f")])
+    check_module_case(iso, tmp_path, g, plan, "float16", _split(schedule))
+
+
+@pytest.mark.parametrize("schedule", ["auto", "ws"])
+def test_split_k_swiglu_plan(iso, tmp_path, schedule):
+    """A decode SwiGLU's gate/up kernel split along K: both accumulators' partials, the
+    SiLU product applied by the combine (concat on "auto", two accumulators on "ws")."""
+    from superopt.derive import derive_all
+
+    b = DagBuilder("split_swiglu", [("t", 5), ("d", 1024), ("f", 328)])
+    x, wg, wu = b.input("X", ["t", "d"]), b.input("Wg", ["d", "f"]), b.input("Wu", ["d", "f"])
+    b.output(b.mul(b.silu(b.matmul(x, wg, "d", "d")), b.matmul(x, wu, "d", "d")))
+    g = b.build()
+    plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", _split(schedule))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_split_k_prologue_plan(iso, tmp_path, dtype):
+    """A residual add and a norm weight computed into A by the prologue, split along K: each
+    split computes its own K steps' A tiles (a ragged K tail: d = 1000)."""
+    def body(b):
+        x, res, w = b.input("X", ["m", "d"]), b.input("R", ["m", "d"]), b.input("W", ["d", "n"])
+        gam = b.input("gamma", ["d"])
+        return b.matmul(b.mul(b.add(x, res), gam), w, "d", "d")
+    g, plan = _graph_plan("split_prologue", [("m", 16), ("d", 1000), ("n", 512)], body,
+                          [((4, 5, 6), ("m", "n"), "d")])
+    check_module_case(iso, tmp_path, g, plan, dtype, _split("auto"))

@@ -10,7 +10,16 @@ access is bounds-checked: an out-of-bounds read yields NaN and is recorded, an
 out-of-bounds write is dropped and recorded. Threads are not modelled: the row families'
 kernels communicate only through ``T.reduce_*``, which the emulator performs whole.
 
-Used by ``test_kernels_rows.py`` for the column reductions (with their split launches).
+The GEMM family's ``"auto"`` schedule is emulated too: ``T.Pipelined`` is a loop,
+``T.gemm`` a float64 matrix product into the accumulator, and ``T.copy`` of a tile whose
+other side is a global tensor indexed at its origin (``A[bz, by * 64, ko * 64]``) moves
+the tile whose extents are the shared or fragment buffer's, aligned to the tensor's
+trailing dimensions: a load zero-fills what lies past the tensor (as TMA and TileLang's
+predicated copies do) and a store drops it. The ``"ws"`` schedule (threads, barriers) is
+not emulated.
+
+Used by ``test_kernels_rows.py`` for the column reductions (with their split launches) and
+by ``test_kernels_gemm.py`` for the GEMMs (with their split-K launches).
 """
 
 from __future__ import annotations
@@ -59,6 +68,56 @@ class Buf:
         self.a[t] = v
 
 
+class Region:
+    """A tile of a global tensor at ``start``; its extents come from the other side of the
+    ``T.copy`` (``T.region`` is what the AST rewrite makes of ``X[i, j, ...]`` there)."""
+
+    def __init__(self, buf: Buf, start) -> None:
+        self.buf = buf
+        self.start = tuple(int(i) for i in (start if isinstance(start, tuple) else (start,)))
+
+    def _window(self, shape: tuple) -> tuple[tuple, tuple]:
+        """(slices of the tensor inside it, slices of the tile they fill)."""
+        a = self.buf.a
+        if len(self.start) != a.ndim or len(shape) > a.ndim:
+            raise IndexError(f"{self.buf.name}: a tile of {shape} at {self.start}")
+        ext = (1,) * (a.ndim - len(shape)) + tuple(shape)
+        src, dst = [], []
+        for s0, e, n in zip(self.start, ext, a.shape):
+            lo, hi = max(s0, 0), min(s0 + e, n)
+            hi = max(hi, lo)
+            src.append(slice(lo, hi))
+            dst.append(slice(lo - s0, hi - s0))
+        lead = a.ndim - len(shape)
+        return tuple(src), tuple(dst[lead:])
+
+    def load(self, shape: tuple) -> np.ndarray:
+        src, dst = self._window(shape)
+        out = np.zeros(shape)
+        part = self.buf.a[src]
+        out[dst] = part.reshape(out[dst].shape)
+        return out
+
+    def store(self, tile: np.ndarray) -> None:
+        src, dst = self._window(tile.shape)
+        self.buf.a[src] = tile[dst].reshape(self.buf.a[src].shape)
+
+
+def _copy(src, dst) -> None:
+    if isinstance(dst, Region):
+        dst.store(np.asarray(src, dtype=float))
+    elif isinstance(src, Region):
+        dst[...] = src.load(dst.shape)
+    else:
+        dst[...] = src
+
+
+def _gemm(a, b, c, transpose_B=False, clear_accum=False, policy=None, **_):
+    if clear_accum:
+        c[...] = 0.0
+    c += a @ (b.T if transpose_B else b)
+
+
 def _grid(*extents, threads=None, **_):
     for t in itertools.product(*(range(n) for n in extents)):
         yield t if len(t) > 1 else t[0]
@@ -94,20 +153,44 @@ T = types.SimpleNamespace(
     sigmoid=lambda x: 1 / (1 + _exp(-x)),
     reduce_sum=lambda a, r, dim=0: r.__setitem__(Ellipsis, a.sum(axis=dim)),
     reduce_max=lambda a, r, dim=0: r.__setitem__(Ellipsis, a.max(axis=dim)),
+    Pipelined=lambda n, num_stages=None: range(n), vectorized=lambda n: range(n),
+    alloc_local=lambda shape, dtype: np.zeros(shape),
+    clear=lambda b: b.__setitem__(Ellipsis, 0.0),
+    copy=_copy, region=Region, gemm=_gemm,
+    GemmWarpPolicy=types.SimpleNamespace(FullRow="FullRow", Square="Square", FullCol="FullCol"),
+    annotate_pass_configs=lambda configs: None, use_swizzle=lambda panel_size=None: None,
 )
 
 
 class _Lazy(ast.NodeTransformer):
-    """``T.if_then_else(c, a, b)`` → ``a if c else b`` (lazy, as the CUDA it becomes)."""
+    """``T.if_then_else(c, a, b)`` → ``a if c else b`` (lazy, as the CUDA it becomes);
+    ``T.copy(X[i, ...], t)`` → ``T.copy(T.region(X, (i, ...)), t)`` where ``X[...]`` indexes
+    without slices (a global tensor's tile at its origin)."""
 
     def visit_Call(self, node):
         self.generic_visit(node)
         f = node.func
-        if isinstance(f, ast.Attribute) and f.attr == "if_then_else" and \
-                isinstance(f.value, ast.Name) and f.value.id == "T":
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and
+                f.value.id == "T"):
+            return node
+        if f.attr == "if_then_else":
             c, a, b = node.args
             return ast.IfExp(test=c, body=a, orelse=b)
+        if f.attr == "copy":
+            node.args = [self._region(a) for a in node.args]
         return node
+
+    @staticmethod
+    def _region(arg):
+        if not isinstance(arg, ast.Subscript):
+            return arg
+        idx = arg.slice.elts if isinstance(arg.slice, ast.Tuple) else [arg.slice]
+        if any(isinstance(i, ast.Slice) for i in idx):
+            return arg  # a numpy slice of an on-chip buffer
+        return ast.Call(func=ast.Attribute(value=ast.Name("T", ast.Load()), attr="region",
+                                           ctx=ast.Load()),
+                        args=[arg.value, ast.Tuple(elts=list(idx), ctx=ast.Load())],
+                        keywords=[])
 
 
 def _python(source: str) -> str:

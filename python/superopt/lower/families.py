@@ -88,7 +88,7 @@ def _gemm_structure(c: GemmConfig) -> tuple:
     # the last three: a GEMM chain's intermediate tiling and its column loop, in turn or
     # pipelined (neither dominates: 39.6 µs in turn at 64x128, 43.4 pipelined at 64x64)
     return (c.block_m, c.block_n, c.block_k, c.threads, c.schedule, c.persistent, c.dual_mode,
-            c.col_tiles, c.block_h, c.col_stages)
+            c.col_tiles, c.block_h, c.col_stages, c.splits)
 
 
 def _attention_structure(c: AttentionConfig) -> tuple:

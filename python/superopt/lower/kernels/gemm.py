@@ -40,8 +40,10 @@ from __future__ import annotations
 from ..emit import Lines
 from .gemm_chain import chain_source
 from .gemm_chain_spec import GemmChainSpec
-from .gemm_expr import epilogue_text, prologue_text, wants_fast_math
-from .gemm_grid import open_kernel
+from .gemm_expr import c_input_index, epilogue_text, prologue_text, wants_fast_math
+from .gemm_grid import open_kernel, plan_grid
+from .gemm_launch import (COMBINE_THREADS, combine_tile, gemm_params, split_buffers,
+                          split_params)
 from .gemm_spec import (NUM_SMS, SUMSQ_VECTOR, WARP_POLICIES, GemmConfig, GemmSpec,
                         check_config, check_spec, gemm_grid)
 from .gemm_ws_schedule import write_ws_body
@@ -69,6 +71,13 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
     ``cfg.persistent``; block: :func:`~.gemm_spec.gemm_block_threads` (``cfg.threads +
     128`` when TMA loads every operand; ``"ws"``: always).
 
+    Split-K (``cfg.splits > 1``, either schedule): the grid's z is ``batch · splits``; the
+    prim_func reads only what its main loop needs (A or the A inputs, B [, B2], the row
+    inputs the prologue reads, the k inputs) and writes, instead of C, its raw fp32
+    accumulators to ``C_part`` [and ``C2_part``] ``[splits · batch, m, n]``; a second
+    builder, ``build_<name>_combine()``, sums them and applies the epilogue
+    (:func:`_write_combine`; the launches: :meth:`~.gemm_spec.GemmConfig.launch_plan`).
+
     A :class:`~.gemm_chain_spec.GemmChainSpec` is written by :func:`.gemm_chain.chain_source`.
 
     Raises:
@@ -92,25 +101,21 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
         note = (f"tile {c.block_m}x{c.block_n}x{c.block_k}, {c.stages} stages, {c.threads} "
                 f"consumer threads, {c.policy}, swizzle {c.swizzle_panel}, store {c.store}, "
                 f"dual {c.dual_mode}, persistent {c.persistent}")
-    bb = s.b_batches
-    b_shape = (bb, s.n, s.k) if s.b_layout == "nk" else (bb, s.k, s.n)
-    a_params = s.a_inputs or (("A", s.dtype),)
-    params = [f"{a}: T.Tensor({(s.batch, s.m, s.k)}, \"{d}\")" for a, d in a_params]
-    params.append(f"B: T.Tensor({b_shape}, \"{s.dtype}\")")
-    if s.dual:
-        params.append(f"B2: T.Tensor({b_shape}, \"{s.dtype}\")")
-    params += [f"{r}: T.Tensor({(s.batch, s.m)}, \"{s.vector_dtype(r)}\")"
-               for r in s.row_inputs]
-    params += [f"{v}: T.Tensor({(s.n,)}, \"{s.vector_dtype(v)}\")" for v in s.col_inputs]
-    params += [f"{v}: T.Tensor({(s.k,)}, \"{s.vector_dtype(v)}\")" for v in s.k_inputs]
-    params += [f"{v}: T.Tensor({(s.batch, s.m, s.n)}, \"{d}\")" for v, d in s.c_inputs]
-    params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
+    if c.splits == 1:
+        params = [f"{n}: T.Tensor({shape}, \"{d}\")" for n, shape, d in gemm_params(s)]
+        params.append(f"C: T.Tensor({(s.batch, s.m, s.n)}, \"{s.out_dtype}\")")
+    else:  # the partial pass: its own inputs, then the fp32 scratch
+        shapes = {n: (shape, d) for n, shape, d in gemm_params(s)}
+        params = [f"{n}: T.Tensor({shapes[n][0]}, \"{shapes[n][1]}\")"
+                  for n in split_params(s)[0]]
+        params += [f"{b}: T.Tensor({(c.splits * s.batch, s.m, s.n)}, \"float32\")"
+                   for b in split_buffers(s)]
+        note += f", split-K {c.splits} ways (partials, then {s.name}_combine)"
     extra = "".join(f" {what}={val}" for what, val in (
         ("b_batch", s.b_batch), ("b_batch_inner", s.b_batch_inner),
         ("prologue", s.prologue or None),
         ("col_inputs", ",".join(s.col_inputs) or None),
         ("c_inputs", ",".join(c for c, _ in s.c_inputs) or None)) if val is not None)
-
     e = Lines()
     e(f"def build_{s.name}():")
     with e.indent():
@@ -124,7 +129,8 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
                 e(f"{p},")
         e("):")
         with e.indent():
-            if wants_fast_math(s.out_dtype, s.epilogue, s.prologue):
+            exprs = (s.epilogue, s.prologue) if c.splits == 1 else (s.prologue,)
+            if wants_fast_math(s.out_dtype, *exprs):
                 e('T.annotate_pass_configs({"tl.enable_fast_math": True})')
             if c.schedule == "ws":
                 write_ws_body(e, s, c)
@@ -132,7 +138,73 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
                 _write_auto_body(e, s, c)
         e()
         e(f"return {s.name}")
+    if c.splits > 1:
+        e()
+        e()
+        _write_combine(e, s, c)
     return e.text()
+
+
+def _write_combine(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
+    """Write ``def build_<name>_combine():``, the second launch of a split-K GEMM: each block
+    owns a :func:`~.gemm_spec.combine_tile` of C, sums its ``splits`` fp32 partials in split
+    order (rows and columns past C clamped to its edge: read, never stored), applies the
+    epilogue and stores C. Parameters: ``C_part`` [, ``C2_part``] ``[splits · batch, m,
+    n]``, the epilogue's inputs (:func:`~.gemm_spec.split_params`), then C."""
+    s, sp = spec, cfg.splits
+    cm, cn = combine_tile(s)
+    name = f"{s.name}_combine"
+    shapes = {n: (shape, d) for n, shape, d in gemm_params(s)}
+    rows = [r for r in s.row_inputs if r not in s.prologue_fields]
+    row = c_input_index(s.m, cm, "by", "i")
+    col = c_input_index(s.n, cn, "bx", "j")
+    accs = list(zip(split_buffers(s), ("acc", "acc2")))
+    e(f"def build_{name}():")
+    with e.indent():
+        e(f'"""{name}: the sum of {sp} split-K partials of {s.name} and its epilogue, '
+          f'{cm}x{cn} tiles of C."""')
+        e()
+        e("@T.prim_func")
+        e(f"def {name}(")
+        with e.indent():
+            for b, _ in accs:
+                e(f'{b}: T.Tensor({(sp * s.batch, s.m, s.n)}, "float32"),')
+            for n in split_params(s)[1]:
+                e(f'{n}: T.Tensor({shapes[n][0]}, "{shapes[n][1]}"),')
+            e(f'C: T.Tensor({(s.batch, s.m, s.n)}, "{s.out_dtype}"),')
+        e("):")
+        with e.indent():
+            if wants_fast_math(s.out_dtype, s.epilogue):
+                e('T.annotate_pass_configs({"tl.enable_fast_math": True})')
+            open_kernel(e, plan_grid(ceil_div(s.n, cn), ceil_div(s.m, cm), s.batch),
+                        COMBINE_THREADS)
+            for _, a in accs:
+                e(f'{a} = T.alloc_fragment(({cm}, {cn}), "float32")')
+            for r in rows:
+                e(f'{r}_s = T.alloc_shared(({cm},), "{s.vector_dtype(r)}")')
+            for v in s.col_inputs:
+                e(f'{v}_s = T.alloc_shared(({cn},), "{s.vector_dtype(v)}")')
+            for _, a in accs:
+                e(f"T.clear({a})")
+            e(f"for sk in T.serial({sp}):")
+            with e.indent():
+                e(f"for i, j in T.Parallel({cm}, {cn}):")
+                with e.indent():
+                    for b, a in accs:
+                        e(f"{a}[i, j] = {a}[i, j] + {b}[sk * {s.batch} + bz, {row}, {col}]")
+            for r in rows:
+                e(f"T.copy({r}[bz, by * {cm}], {r}_s)")
+            for v in s.col_inputs:
+                e(f"T.copy({v}[bx * {cn}], {v}_s)")
+            epilogue = epilogue_text(s, cm, cn)
+            if epilogue.strip() != "acc[i, j]":
+                e(f"for i, j in T.Parallel({cm}, {cn}):")
+                with e.indent():
+                    e(f"acc[i, j] = {epilogue}")
+            e(f"T.copy(acc, C[bz, by * {cm}, bx * {cn}])")
+            e.dedent()
+        e()
+        e(f"return {name}")
 
 
 def _persistent_group(cfg: GemmConfig, n_blocks: int) -> int:
@@ -161,6 +233,13 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     epilogue = epilogue_text(s, bm, bn)
     pro_rows = [r for r in s.row_inputs if r in s.prologue_fields]
     bzb = s.b_batch_index("bz")
+    split = c.splits > 1
+    # K steps of this block: all of them, or split-K's ``per`` from ``sk · per`` on
+    per = ceil_div(s.k, bk) // c.splits
+    kt = f"(sk * {per} + ko)" if split else "ko"
+    # what the block's epilogue reads (a split's partial pass has no epilogue)
+    epi_rows = [] if split else s.row_inputs
+    epi_cols = [] if split else s.col_inputs
 
     m_blocks, n_blocks = ceil_div(s.m, bm), ceil_div(s.n, bn)
     if c.persistent:
@@ -168,7 +247,7 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f"with T.Kernel({grid}, threads={c.threads}) as pid:")
         e.indent()
     else:
-        open_kernel(e, gemm_grid(s, c), c.threads)
+        open_kernel(e, gemm_grid(s, c), c.threads, splits=c.splits)
     # --- buffers
     if s.k > 0:
         for a, d in s.a_inputs:
@@ -191,11 +270,11 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             e(f'sq = T.alloc_fragment(({bm}, {bk // SUMSQ_VECTOR}), "float32")')
             e(f'ss = T.alloc_fragment(({bm},), "float32")')
             e(f'a_vec = T.alloc_local(({SUMSQ_VECTOR},), "{s.dtype}")')
-    for r in s.row_inputs:
+    for r in dict.fromkeys(pro_rows + list(epi_rows)):
         e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
-    for cv in s.col_inputs:
+    for cv in epi_cols:
         e(f'{cv}_s = T.alloc_shared(({bn},), "{s.vector_dtype(cv)}")')
-    if c.store == "tma":
+    if c.store == "tma" and not split:
         e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
     if c.persistent:
         # One block per SM walks the tiles; groups of `group` column tiles share their B
@@ -218,20 +297,20 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     if s.k > 0:
         for r in pro_rows:  # the prologue reads these row vectors at every K step
             e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
-        e(f"for ko in T.Pipelined({ceil_div(s.k, bk)}, num_stages={c.stages}):")
+        e(f"for ko in T.Pipelined({per}, num_stages={c.stages}):")
         with e.indent():
             if s.a_inputs:
                 for a, _ in s.a_inputs:
-                    e(f"T.copy({a}[bz, by * {bm}, ko * {bk}], {a}_s)")
+                    e(f"T.copy({a}[bz, by * {bm}, {kt} * {bk}], {a}_s)")
                 for kv in s.k_inputs:
-                    e(f"T.copy({kv}[ko * {bk}], {kv}_s)")
+                    e(f"T.copy({kv}[{kt} * {bk}], {kv}_s)")
                 e(f"for i, j in T.Parallel({bm}, {bk}):")
                 with e.indent():
-                    e(f"A_s[i, j] = {prologue_text(s, bm, bk)}")
+                    e(f"A_s[i, j] = {prologue_text(s, bm, bk, kt)}")
             else:
-                e(f"T.copy(A[bz, by * {bm}, ko * {bk}], A_s)")
-            at = (f"[{bzb}, bx * {bn}, ko * {bk}]" if nk
-                  else f"[{bzb}, ko * {bk}, bx * {bn}]")
+                e(f"T.copy(A[bz, by * {bm}, {kt} * {bk}], A_s)")
+            at = (f"[{bzb}, bx * {bn}, {kt} * {bk}]" if nk
+                  else f"[{bzb}, {kt} * {bk}, bx * {bn}]")
             if concat:
                 lo, hi = ((f"B_s[0:{bn}, :]", f"B_s[{bn}:{2 * bn}, :]") if nk
                           else (f"B_s[:, 0:{bn}]", f"B_s[:, {bn}:{2 * bn}]"))
@@ -264,6 +343,13 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         # Column halves of one wgmma accumulator: register renames, no data movement.
         e(f"T.copy(acc_cat[:, 0:{bn}], acc)")
         e(f"T.copy(acc_cat[:, {bn}:{2 * bn}], acc2)")
+    if split:
+        # the raw partial sums, straight from the fragments (predicated at C's edges); the
+        # combine adds the splits and applies the epilogue
+        for b, a in zip(split_buffers(s), ("acc", "acc2")):
+            e(f"T.copy({a}, {b}[bzk, by * {bm}, bx * {bn}])")
+        e.dedent()
+        return
     if s.a_row_sumsq:
         if s.k > 0:
             e("T.reduce_sum(sq, ss, dim=1)")

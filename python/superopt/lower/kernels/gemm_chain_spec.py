@@ -264,6 +264,9 @@ def check_chain_config(spec: GemmChainSpec, cfg: GemmConfig) -> None:
             cfg.swizzle_panel or cfg.persistent or cfg.cluster_m != 1 or cfg.c_alias):
         raise LoweringError("a GEMM chain runs schedule 'auto', policy 'full_row', store "
                             "'tma', no swizzle, persistence, cluster or c_alias")
+    if cfg.splits != 1:
+        raise LoweringError(f"a GEMM chain is not split along K (its intermediate is whole "
+                            f"per block), got splits={cfg.splits}")
     if cfg.threads not in (128, 256):
         raise LoweringError(f"a GEMM chain takes 128 or 256 consumer threads, got {cfg.threads}")
     wgs = cfg.threads // 128

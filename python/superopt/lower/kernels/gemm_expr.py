@@ -113,16 +113,17 @@ def c_input_index(extent: int, block: int, tile: str, offset: str) -> str:
     return pos if extent % block == 0 else f"T.min({pos}, {extent - 1})"
 
 
-def prologue_text(spec: "GemmSpec", block_m: int, block_k: int) -> str:
-    """The A operand at element ``(i, j)`` of K step ``ko``'s tile, rounded to the operand
-    dtype. Positions past ``k`` (a ragged last K tile) are 0, whatever the prologue gives
-    for the zero-filled inputs there (``exp(0)`` is not 0, and ``inf · 0`` would be NaN)."""
+def prologue_text(spec: "GemmSpec", block_m: int, block_k: int, ko: str = "ko") -> str:
+    """The A operand at element ``(i, j)`` of K step ``ko``'s tile (an expression: a split
+    GEMM's is ``(sk * per + ko)``), rounded to the operand dtype. Positions past ``k`` (a
+    ragged last K tile) are 0, whatever the prologue gives for the zero-filled inputs there
+    (``exp(0)`` is not 0, and ``inf · 0`` would be NaN)."""
     fields = {a: as_float(f"{a}_s[i, j]", d) for a, d in spec.a_inputs}
     fields.update({r: vector_text(spec, r, "i") for r in spec.row_inputs})
     fields.update({kv: vector_text(spec, kv, "j") for kv in spec.k_inputs})
-    fields.update({"row": f"(by * {block_m} + i)", "kpos": f"(ko * {block_k} + j)",
+    fields.update({"row": f"(by * {block_m} + i)", "kpos": f"({ko} * {block_k} + j)",
                    "batch": "bz"})
     expr = spec.prologue.format(**fields)
     if spec.k % block_k:
-        expr = f"T.if_then_else(ko * {block_k} + j < {spec.k}, {expr}, 0.0)"
+        expr = f"T.if_then_else({ko} * {block_k} + j < {spec.k}, {expr}, 0.0)"
     return f'T.Cast("{spec.dtype}", {expr})'

@@ -22,7 +22,8 @@ The tile count never exceeds grid x: it is at most the number of output elements
 :func:`~.gemm_spec.check_spec` keeps below ``2^31``.
 
 Owns: the GEMM grid layout and the text that opens the kernel and names ``bx, by, bz``.
-Imports the target and the emitter; must not import a GEMM source writer.
+Imports the target, the tiling and the emitter; must not import a GEMM source writer or the
+spec module (which imports this one).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from ...errors import LoweringError
 from ..emit import Lines
 from ..target import HOPPER
+from .tiling import ceil_div
 
 #: The most blocks on grid x (``2^31 - 1``).
 MAX_GRID_X = 2 ** 31 - 1
@@ -79,26 +81,44 @@ def plan_grid(n_blocks: int, m_blocks: int, batch: int, max_grid_yz: int = HOPPE
     return grid
 
 
-def open_kernel(e: Lines, grid: GemmGrid, threads: int, cluster_m: int = 1) -> None:
+def gemm_grid(spec, cfg) -> GemmGrid:
+    """The launch grid of a non-persistent GEMM kernel (:class:`~.gemm_spec.GemmSpec`,
+    :class:`~.gemm_spec.GemmConfig`): split-K's ``splits`` blocks per tile along z."""
+    return plan_grid(ceil_div(spec.n, cfg.block_n), ceil_div(spec.m, cfg.block_m),
+                     spec.batch * cfg.splits)
+
+
+def open_kernel(e: Lines, grid: GemmGrid, threads: int, cluster_m: int = 1,
+                splits: int = 1) -> None:
     """Write ``with T.Kernel(...) as ...:`` for ``grid`` and indent into it, then (for a
     folded layout) bind ``bx, by, bz`` from the block index; the caller dedents.
 
     ``cluster_m > 1`` makes clusters of ``cluster_m`` blocks over adjacent row tiles:
     ``cluster_dims=(1, cluster_m, 1)``, or ``(cluster_m, 1, 1)`` in the ``"flat"`` layout.
+
+    ``splits > 1`` (split-K): the grid's batch extent is ``batch · splits`` and its index
+    is ``bzk = sk · batch + bz`` (the scratch's leading index), bound to ``sk`` (the K split)
+    and ``bz`` (the batch).
     """
     dims = ", ".join(str(d) for d in grid.dims)
     cluster = ""
     if cluster_m > 1:
         cluster = (f", cluster_dims=({cluster_m}, 1, 1)" if grid.layout == "flat"
                    else f", cluster_dims=(1, {cluster_m}, 1)")
-    names = {"xyz": "(bx, by, bz)", "xz": "(bxz, by)", "flat": "bxyz"}[grid.layout]
+    z = "bz" if splits == 1 else "bzk"
+    names = {"xyz": f"(bx, by, {z})", "xz": "(bxz, by)", "flat": "bxyz"}[grid.layout]
     e(f"with T.Kernel({dims}, threads={threads}{cluster}) as {names}:")
     e.indent()
     nb, mb = grid.n_blocks, grid.m_blocks
     if grid.layout == "xz":
         e(f"bx = bxz % {nb}")
-        e(f"bz = bxz // {nb}")
+        e(f"{z} = bxz // {nb}")
     elif grid.layout == "flat":
         e(f"by = bxyz % {mb}")
         e(f"bx = bxyz // {mb} % {nb}")
-        e(f"bz = bxyz // {mb * nb}")
+        e(f"{z} = bxyz // {mb * nb}")
+    if splits > 1:
+        if grid.batch % splits:
+            raise LoweringError(f"a grid of {grid.batch} batches is not split {splits} ways")
+        e(f"sk = bzk // {grid.batch // splits}")
+        e(f"bz = bzk % {grid.batch // splits}")

@@ -3,10 +3,11 @@
 :func:`gemm_config_space` enumerates tile shapes × stages × thread counts × schedules
 (``"auto"`` with optional raster swizzle or persistence; ``"ws"`` with 1- or 2-CTA
 clusters, persistent when the tiles take several waves, and with C staged in the ring where
-C's own tile is what keeps a ring depth from fitting), keeps those
-:func:`~.gemm_spec.check_config` accepts, and orders them by
-:func:`gemm_cost_clk`, a per-K-step roofline of one block (tensor cores, shared memory, L2)
-in SM clocks.
+C's own tile is what keeps a ring depth from fitting; split along K where the output's
+tiles leave SMs idle), keeps those :func:`~.gemm_spec.check_config` accepts, and orders them
+by :func:`gemm_cost_clk`: a per-K-step roofline of one block (tensor cores, shared memory,
+L2) in SM clocks (:func:`gemm_block_clk`), never under the time DRAM takes to move the
+GEMM's bytes.
 
 Sources: H100/H200 rates (2048 dense fp16 FMA per SM clock: 989 TFLOP/s at 1.83 GHz over
 :data:`~.gemm_spec.NUM_SMS` SMs; 128 B/clk shared memory per SM); the L2 and overhead
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import replace
 
 from ...dtypes import itemsize
 from ...errors import LoweringError
 from .gemm_chain_spec import (GemmChainSpec, chain_config_space, chain_cost_clk,
                               check_chain_config)
+from .gemm_launch import combine_tile, gemm_params, split_buffers
 from .gemm_spec import NUM_SMS, GemmConfig, GemmSpec, check_config, check_spec
 from .tiling import ceil_div
 
@@ -57,6 +60,14 @@ _PROLOGUE_SERIAL_BYTES_PER_CLK = 108
 #: which this figure reproduces for the 3-stage configuration. The first version (one chain
 #: of 64 dependent FMAs per K step) ran 63.2 us (bench/results/2026-12-02c-session): 73.
 _WS_SUMSQ_SERIAL_BYTES_PER_CLK = 300
+#: DRAM bandwidth of the whole GPU, bytes per SM clock: the copy ceiling measured on the
+#: H200 (4.22 TB/s, bench/results/2026-12-05-session ceilings) at 1.65 GHz. A GEMM moves
+#: at least its operands and C at this rate, however many SMs its tiles keep busy; what
+#: only :func:`gemm_cost_clk` sees when the tiles are few (decode's weight streaming).
+_DRAM_BYTES_PER_CLK = 2560
+#: A second launch (split-K's combine): the launch gap plus its fill, clocks (the
+#: target's 2 µs per launch at 1.65 GHz).
+_LAUNCH_CLK = 3300
 
 def _ws_split_charged_one_a_read(spec: GemmSpec, cfg: GemmConfig) -> bool:
     """Whether the split dual form on "ws" (two wgmma batches a K step, both reading the same
@@ -94,19 +105,49 @@ def _warpgroup_tile(cfg: GemmConfig) -> tuple[int, int]:
 
 def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
                   num_sms: int = NUM_SMS) -> float:
-    """A cheap time estimate of one launch, in SM clocks (for ordering, not prediction).
-
-    A chain's is :func:`~.gemm_chain_spec.chain_cost_clk`.
-
-    Per K step a block is bound by the tensor cores (``block_m·block_n·block_k`` FMAs per
-    GEMM at 2048 FMA/clk) or by shared memory (each ``wgmma m64nNk16`` reads its 64×16 A
-    and 16×N B slices; TMA writes the A/B tiles; the sum-of-squares reads the A tile
-    again; a prologue reads its inputs' tiles and writes the A tile), plus a fixed
-    synchronisation cost; tiles run in waves of ``num_sms``. The epilogue's reads of
-    C-shaped inputs (a residual) come after each tile's main loop, at the L2 rate.
+    """A cheap time estimate of one launch (a split-K configuration's two), in SM clocks
+    (for ordering, not prediction): :func:`gemm_block_clk`, but never under the time DRAM
+    takes to move the operands, C, the C-shaped inputs and split-K's partials
+    (``_DRAM_BYTES_PER_CLK``). A chain's is :func:`~.gemm_chain_spec.chain_cost_clk`.
     """
     if isinstance(spec, GemmChainSpec):
         return chain_cost_clk(spec, cfg, num_sms)
+    main, combine = _block_clk(spec, cfg, num_sms)
+    return max(main, _dram_bytes(spec, cfg) / _DRAM_BYTES_PER_CLK) + combine
+
+
+def gemm_block_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
+                   num_sms: int = NUM_SMS) -> float:
+    """The per-block model behind :func:`gemm_cost_clk`, in SM clocks, without the DRAM
+    floor (a chain's: :func:`~.gemm_chain_spec.chain_cost_clk`).
+
+    Per K step a block is bound by the tensor cores (``block_m·block_n·block_k`` FMAs per
+    GEMM at 2048 FMA/clk), by shared memory (each ``wgmma m64nNk16`` reads its 64×16 A
+    and 16×N B slices; TMA writes the A/B tiles; the sum-of-squares reads the A tile
+    again; a prologue reads its inputs' tiles and writes the A tile) or by its share of L2
+    (``_L2_BYTES_PER_CLK``), plus a fixed synchronisation cost; tiles run in waves of
+    ``num_sms``. The epilogue's reads of C-shaped inputs (a residual) come after each
+    tile's main loop, at the L2 rate. Split-K runs ``splits`` blocks of ``1/splits`` of the
+    K steps per tile, and adds the combine: a launch and the partials' traffic.
+    """
+    if isinstance(spec, GemmChainSpec):
+        return chain_cost_clk(spec, cfg, num_sms)
+    return sum(_block_clk(spec, cfg, num_sms))
+
+
+def _dram_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
+    """Bytes a GEMM moves to or from DRAM at least: A (or its inputs), B [and B2], C, the
+    row, column and C-shaped inputs, and split-K's fp32 partials (written, then read)."""
+    s = spec
+    total = sum(math.prod(shape) * itemsize(d) for _, shape, d in gemm_params(s))
+    total += s.batch * s.m * s.n * itemsize(s.out_dtype)
+    if cfg.splits > 1:
+        total += 2 * cfg.splits * len(split_buffers(s)) * s.batch * s.m * s.n * 4
+    return total
+
+
+def _block_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int) -> tuple[float, float]:
+    """(the main kernel, split-K's combine) of :func:`gemm_block_clk`."""
     n_gemm = 2 if spec.dual else 1
     ib = itemsize(spec.dtype)
     wg_m, wg_n = _warpgroup_tile(cfg)
@@ -126,7 +167,7 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     prologue = (sum(cfg.block_m * cfg.block_k * itemsize(d) for _, d in spec.a_inputs) +
                 cfg.block_m * cfg.block_k * ib) if spec.a_inputs else 0
     smem = (operand_reads + tma_writes + sumsq_reads + prologue) / _SMEM_BYTES_PER_CLK
-    ksteps = ceil_div(spec.k, cfg.block_k) if spec.k else 0
+    ksteps = ceil_div(spec.k, cfg.block_k) // cfg.splits if spec.k else 0
     # Fewer stages than needed to cover the ~1 µs TMA latency stall the ring.
     stall = 1.0 + 0.08 * max(0, 3 - cfg.stages)
     # "ws" keeps one wgmma batch in flight instead of draining the tensor pipe every K
@@ -140,13 +181,28 @@ def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
     l2 = (cfg.block_m * cfg.block_k * ib + b_bytes) / _L2_BYTES_PER_CLK
     mainloop = ksteps * (max(tensor, smem, l2) * stall + overhead)
     tiles = spec.batch * ceil_div(spec.m, cfg.block_m) * ceil_div(spec.n, cfg.block_n)
-    waves = ceil_div(tiles, num_sms)
+    waves = ceil_div(tiles * cfg.splits, num_sms)
     # the epilogue's reads of C-shaped inputs (a residual), after the main loop of each tile
     c_reads = sum(cfg.block_m * cfg.block_n * itemsize(d) for _, d in spec.c_inputs)
+    if cfg.splits > 1:
+        return waves * (mainloop + _TILE_OVERHEAD_CLK), _combine_clk(spec, cfg, num_sms)
     epilogue = waves * c_reads / _L2_BYTES_PER_CLK
     if cfg.persistent:  # later tiles' fill and epilogue mostly hide under the mainloop
-        return waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1)) + epilogue
-    return waves * (mainloop + _TILE_OVERHEAD_CLK) + epilogue
+        return (waves * mainloop + _TILE_OVERHEAD_CLK * (1 + 0.3 * (waves - 1)) + epilogue,
+                0.0)
+    return waves * (mainloop + _TILE_OVERHEAD_CLK) + epilogue, 0.0
+
+
+def _combine_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int) -> float:
+    """Split-K's combine: a launch, then each block reads its tile's partials and C-shaped
+    inputs and writes its C tile at its share of L2, in waves, never faster than DRAM."""
+    cm, cn = combine_tile(spec)
+    blocks = spec.batch * ceil_div(spec.m, cm) * ceil_div(spec.n, cn)
+    per_elem = (4 * cfg.splits * len(split_buffers(spec)) + itemsize(spec.out_dtype) +
+                sum(itemsize(d) for _, d in spec.c_inputs))
+    block = cm * cn * per_elem / _L2_BYTES_PER_CLK
+    total = spec.batch * spec.m * spec.n * per_elem / _DRAM_BYTES_PER_CLK
+    return _LAUNCH_CLK + max(ceil_div(blocks, num_sms) * block, total)
 
 
 def gemm_rate(spec: GemmSpec | GemmChainSpec) -> float:
@@ -183,7 +239,7 @@ def _chain_rate(spec: GemmChainSpec) -> float:
         return 1.0
     if not all(best):
         return 1.0
-    plain = gemm_cost_clk(first, best[1][0]) + gemm_cost_clk(second, best[2][0])
+    plain = gemm_block_clk(first, best[1][0]) + gemm_block_clk(second, best[2][0])
     return min(1.0, plain / gemm_cost_clk(spec, best[0][0]))
 
 
@@ -264,7 +320,7 @@ def _gemm_rate(spec: GemmSpec) -> float:
         return 1.0
     if not own or not ref:
         return 1.0
-    return min(1.0, gemm_cost_clk(plain, ref[0]) / gemm_cost_clk(spec, own[0]))
+    return min(1.0, gemm_block_clk(plain, ref[0]) / gemm_block_clk(spec, own[0]))
 
 
 def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
@@ -296,10 +352,12 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
     cands = dict.fromkeys(_valid_configs(spec))
 
     def key(c: GemmConfig) -> tuple:
-        # (at equal cost, C in its own tile first: its epilogue is the measured one)
-        return (round(gemm_cost_clk(spec, c)), c.dual_mode != "concat", c.schedule != "ws",
-                -c.cluster_m, -c.swizzle_panel, c.c_alias, -c.stages, c.block_m * c.block_n,
-                c.block_k, c.threads, c.block_m, c.block_n, c.persistent)
+        # (at the DRAM floor, the least block time first; at equal cost, C in its own tile
+        # first: its epilogue is the measured one; one launch before a split)
+        return (round(gemm_cost_clk(spec, c)), round(gemm_block_clk(spec, c)),
+                c.dual_mode != "concat", c.schedule != "ws", -c.cluster_m, -c.swizzle_panel,
+                c.c_alias, -c.stages, c.block_m * c.block_n, c.block_k, c.threads, c.block_m,
+                c.block_n, c.persistent, c.splits)
 
     ordered = sorted(cands, key=key)
     return ordered if limit is None else ordered[:limit]
@@ -330,7 +388,7 @@ def _valid_configs(spec: GemmSpec):
         if tiles > NUM_SMS:  # a persistent "ws" grid, its ring running on across tiles
             ws += [GemmConfig(bm, bn, bk, stages, threads, 0, "full_row", dual_mode=ws_dual,
                               schedule="ws", cluster_m=cm, persistent=True) for cm in (2, 1)]
-        for cfg in variants + ws:
+        for cfg in variants + ws + _split_variants(spec, variants + ws, tiles):
             try:
                 check_config(spec, cfg)
             except LoweringError:
@@ -344,3 +402,24 @@ def _valid_configs(spec: GemmSpec):
                     yield alias
                 continue
             yield cfg
+
+
+#: K splits the space offers (:attr:`~.gemm_spec.GemmConfig.splits`).
+_SPLIT_CHOICES = (2, 4, 8, 16)
+
+
+def _split_variants(spec: GemmSpec, configs: list[GemmConfig], tiles: int) -> list[GemmConfig]:
+    """Split-K forms of the one-launch, non-persistent ``configs`` of one tile shape, where
+    the output's ``tiles`` leave SMs idle: each ``splits`` dividing the K steps into runs
+    of at least the ring's depth, at most two waves of blocks. None for a row sum of
+    squares (its statistic is not split)."""
+    if spec.a_row_sumsq or spec.k == 0 or tiles >= NUM_SMS:
+        return []
+    out = []
+    for cfg in configs:
+        if cfg.persistent or cfg.c_alias:
+            continue
+        steps = ceil_div(spec.k, cfg.block_k)
+        out += [replace(cfg, splits=sp) for sp in _SPLIT_CHOICES
+                if steps % sp == 0 and steps // sp >= cfg.stages and tiles * sp <= 2 * NUM_SMS]
+    return out

@@ -30,15 +30,13 @@ Public API: :class:`GemmSpec`, :class:`GemmConfig`, :func:`check_spec`, :func:`c
 the models behind the pruning: :func:`gemm_smem_bytes`, :func:`gemm_accum_registers`,
 :func:`gemm_block_threads`, :func:`gemm_register_cap`, :func:`gemm_tma_operands`.
 
-Sources: the TileLang 0.1.15 lowering measured in ``../shared/design/TILELANG.md``; the
-sm_90 pitfalls listed there (block_n ≡ 8 mod 16, one fragment per GEMM when two GEMMs
-share a loop) and the ones measured on the H200 (bench/results) are enforced by
-:func:`check_config`.
+Sources: the TileLang 0.1.15 lowering measured in ``../shared/design/TILELANG.md``; its sm_90
+pitfalls (block_n ≡ 8 mod 16, one fragment per GEMM when two GEMMs share a loop) and those
+measured on the H200 (bench/results) are enforced by :func:`check_config`.
 
-Owns: the GEMM family's spec, config and fit. Imports :mod:`superopt.errors`,
-:mod:`superopt.dtypes`, the target (:mod:`superopt.lower.target`) and the shared checks;
-must not import a source writer (:mod:`.gemm`, :mod:`.gemm_ws_schedule`) or the
-configuration space (:mod:`.gemm_space`).
+Owns: the GEMM family's spec, config and fit. Imports the errors, dtypes, target, shared
+checks, grid and launches (:mod:`.gemm_launch`); must not import a source writer
+(:mod:`.gemm`, :mod:`.gemm_ws_schedule`) or the configuration space (:mod:`.gemm_space`).
 """
 
 from __future__ import annotations
@@ -48,7 +46,9 @@ from dataclasses import dataclass
 from ...dtypes import itemsize
 from ...errors import LoweringError
 from ..target import HOPPER
-from .gemm_grid import GemmGrid, plan_grid
+from .gemm_grid import gemm_grid
+from .gemm_launch import check_split, split_launch_plan
+from .launches import LaunchPlan
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div, check_padded
 
@@ -75,7 +75,8 @@ PROLOGUE_POSITIONS = ("row", "kpos", "batch")
 MAX_ELEMENTS = 2 ** 31
 _RESERVED = {"A", "B", "B2", "C", "T", "tilelang", "acc", "acc2", "ss", "row", "col", "kpos",
              "batch", "bx", "by", "bz", "bxz", "bxyz", "pid", "tx", "i", "j", "v", "ko",
-             "full", "empty", "sq", "a_vec", "acc_cat", "A_s", "B_s", "B2_s", "C_s"}
+             "full", "empty", "sq", "a_vec", "acc_cat", "A_s", "B_s", "B2_s", "C_s", "sk",
+             "bzk", "C_part", "C2_part"}
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,10 @@ class GemmConfig:
             unrolls by 2 itself, become 62). Timed on the H200 (2026-12-03, matmul): a tie
             (1.003, IQR 0.995-1.017), so not in the search's space. The same kernel text.
             ``"ws"`` with ``stages >= 2`` only (refused otherwise).
+        splits: split-K (:mod:`.gemm_launch`; decode's few rows against a wide K):
+            ``splits`` blocks share each output tile, each over ``1/splits`` of the K
+            steps, into fp32 scratch that a second launch sums and runs the epilogue on.
+            1: one launch. Not with ``persistent``, ``c_alias``, ``pdl`` or ``ss``.
     """
 
     block_m: int
@@ -282,6 +287,13 @@ class GemmConfig:
     lean_producer: bool = False
     unroll_stages: bool = False
     col_stages: int = 1
+    splits: int = 1
+
+    def launch_plan(self, spec) -> LaunchPlan | None:
+        """None for one launch; else :func:`.gemm_launch.split_launch_plan`."""
+        if self.splits == 1 or not isinstance(spec, GemmSpec):
+            return None
+        return split_launch_plan(spec, self.splits)
 
     def cuda_rewrites(self) -> tuple[str, ...]:
         """The rewrites of TileLang's CUDA this configuration compiles with, by name
@@ -295,7 +307,7 @@ _CONFIG_TYPES = {"block_m": int, "block_n": int, "block_k": int, "stages": int, 
                  "persistent": bool, "schedule": str, "cluster_m": int, "c_alias": bool,
                  "col_tiles": int, "block_h": int, "uniform_wg": bool,
                  "pdl": bool, "lean_producer": bool, "unroll_stages": bool,
-                 "col_stages": int}
+                 "col_stages": int, "splits": int}
 
 
 def _check_types(obj, types: dict, what: str) -> None:
@@ -464,6 +476,7 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
                             f"{cfg.col_stages}")
     if cfg.threads not in (128, 256, 384):
         raise LoweringError(f"threads must be 128, 256 or 384 consumer threads, got {cfg.threads}")
+    check_split(spec, cfg)
     wgs = cfg.threads // 128
     if cfg.policy not in WARP_POLICIES:
         raise LoweringError(f"policy must be one of {sorted(WARP_POLICIES)}, got {cfg.policy!r}")
@@ -609,11 +622,6 @@ def gemm_tma_operands(spec: GemmSpec) -> tuple[bool, bool]:
     return all((spec.k * itemsize(d)) % 16 == 0 for d in a_dtypes), b_pitch % 16 == 0
 
 
-def gemm_grid(spec: GemmSpec, cfg: GemmConfig) -> GemmGrid:
-    """The launch grid of a non-persistent kernel (:func:`.gemm_grid.plan_grid`)."""
-    return plan_grid(ceil_div(spec.n, cfg.block_n), ceil_div(spec.m, cfg.block_m), spec.batch)
-
-
 def gemm_block_threads(spec: GemmSpec, cfg: GemmConfig) -> int:
     """Threads TileLang 0.1.15 launches per block for this kernel (checked on its output).
 
@@ -672,7 +680,9 @@ def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
     ring = cfg.stages * (a_tile + n_b * cfg.block_k * cfg.block_n * ib) + computed
     if spec.k == 0:
         ring = 0
-    c_stage = cfg.block_m * cfg.block_n * itemsize(spec.out_dtype) if cfg.store == "tma" else 0
+    # (split-K's partials go straight from the fragments to global memory)
+    c_stage = (cfg.block_m * cfg.block_n * itemsize(spec.out_dtype)
+               if cfg.store == "tma" and cfg.splits == 1 else 0)
     rows = sum(cfg.block_m * itemsize(spec.vector_dtype(r)) for r in spec.row_inputs)
     rows += 4 * cfg.block_m * (1 if spec.a_row_sumsq else 0)
     rows += sum(cfg.block_n * itemsize(spec.vector_dtype(c)) for c in spec.col_inputs)

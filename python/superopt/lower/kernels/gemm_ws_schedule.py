@@ -7,7 +7,7 @@ only, and release its slot; the producer warpgroup refills the ring with TMA as 
 With ``cluster_m == 2`` two CTAs over adjacent row tiles share each B (and B2) tile (TMA
 multicast).
 
-Three variants, by configuration:
+Four variants, by configuration:
 
 * one block per output tile (the default);
 * ``c_alias``: C is staged through the A ring's slots once the last K step is consumed, so
@@ -17,7 +17,10 @@ Three variants, by configuration:
 * ``persistent``: ``min(units, NUM_SMS)`` blocks (clusters of ``cluster_m``), each walking
   the output tiles ``u = cluster, cluster + clusters, ...``; the ring's slot and phase run
   on across tiles, so the producer loads the next tile's first K steps while the consumers
-  finish this tile's epilogue.
+  finish this tile's epilogue;
+* ``splits > 1`` (split-K): block ``sk`` of a tile runs K steps ``[sk·n, (sk+1)·n)`` and
+  the consumers store their raw fp32 accumulators to the scratch instead of the epilogue
+  (the combine launch applies it: :mod:`.gemm`).
 
 :func:`write_ws_body` writes the prim_func body; :func:`.gemm.gemm_source` wraps it in the
 builder and signature shared by every GEMM schedule and validates the spec and config
@@ -134,10 +137,12 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     nk_layout = s.b_layout == "nk"
     wgs = c.threads // 128
     ncons = c.threads
-    nsteps = ceil_div(s.k, bk)
+    # K steps of this block: all of them, or split-K's share from step ``sk · nsteps`` on
+    nsteps = ceil_div(s.k, bk) // c.splits
+    split = c.splits > 1
+    k0 = f"sk * {nsteps} + " if split else ""
     b_tile = (st, bn, bk) if nk_layout else (st, bk, bn)
     tb = ", transpose_B=True" if nk_layout else ""
-    epilogue = epilogue_text(s, bm, bn)
     regs_acc = bm * bn // ncons
     # consumer share of the register file after the producer's registers
     nreg = min(240, (HOPPER.regs_per_sm - 128 * producer_regs(s)) // ncons // 8 * 8)
@@ -146,6 +151,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     bzb = s.b_batch_index("bz")
 
     def b_src(i: str, b: str = "B") -> str:
+        i = f"{k0}{i}"
         if nk_layout:
             return f"{b}[{bzb}, bx * {bn}:(bx + 1) * {bn}, ({i}) * {bk}:({i} + 1) * {bk}]"
         return f"{b}[{bzb}, ({i}) * {bk}:({i} + 1) * {bk}, bx * {bn}:(bx + 1) * {bn}]"
@@ -177,18 +183,18 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f"with T.Kernel({blocks}, threads={c.threads + 128}{cluster}) as pid:")
         e.indent()
     else:
-        open_kernel(e, gemm_grid(s, c), c.threads + 128, cm)
+        open_kernel(e, gemm_grid(s, c), c.threads + 128, cm, c.splits)
     e(f'A_s = T.alloc_shared(({st}, {bm}, {bk}), "{s.dtype}")')
     e(f'B_s = T.alloc_shared({b_tile}, "{s.dtype}")')
     if s.dual:
         e(f'B2_s = T.alloc_shared({b_tile}, "{s.dtype}")')
-    if not c.c_alias:
+    if not (c.c_alias or split):
         e(f'C_s = T.alloc_shared(({bm}, {bn}), "{s.out_dtype}")')
     for a in accs:
         e(f'{a} = T.alloc_fragment(({bm}, {bn}), "float32")')
-    for r in s.row_inputs:
+    for r in ([] if split else s.row_inputs):
         e(f'{r}_s = T.alloc_shared(({bm},), "{s.vector_dtype(r)}")')
-    for v in s.col_inputs:
+    for v in ([] if split else s.col_inputs):
         e(f'{v}_s = T.alloc_shared(({bn},), "{s.vector_dtype(v)}")')
     if s.a_row_sumsq:
         # the producer's sum of squares of A's rows, handed to the consumers' epilogue
@@ -272,7 +278,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f"for i in T.serial({nsteps}):")
         with e.indent():
             e(f"T.mbarrier_wait_parity(empty[{slot(g)}], {parity(g)} ^ 1)")
-            e(f"T.tma_copy(A[bz, by * {bm}:(by + 1) * {bm}, i * {bk}:(i + 1) * {bk}], "
+            e(f"T.tma_copy(A[bz, by * {bm}:(by + 1) * {bm}, ({k0}i) * {bk}:({k0}i + 1) * {bk}], "
               f"A_s[{slot(g)}, :, :], barrier=full[{slot(g)}])")
             e(f"T.tma_copy({b_src('i')}, B_s[{slot(g)}, :, :], "
               f"barrier=full[{slot(g)}]{mc})")
@@ -322,31 +328,46 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         fence()
         ring.release(at(str(nsteps - 1)) if c.persistent else str(nsteps - 1))
         # --- epilogue (consumers)
-        if s.a_row_sumsq:
-            e("T.mbarrier_wait_parity(ss_ready, 0)")
-        for r in s.row_inputs:
-            e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
-        for v in s.col_inputs:
-            e(f"T.copy({v}[bx * {bn}], {v}_s)")
-        if epilogue.strip() != "acc[i, j]":
-            e(f"for i, j in T.Parallel({bm}, {bn}):")
-            with e.indent():
-                e(f"acc[i, j] = {epilogue}")
-        if c.c_alias:
-            # Every K step is consumed (all TMA loads landed, every wgmma waited for), so
-            # the A slots are free; each C column chunk of block_k fills one slot with the
-            # slot's own swizzled layout, and TMA stores it from there. Only this CTA's
-            # producer writes A slots (the cluster multicasts B and B2 only).
-            for h in range(bn // bk):
-                e(f"T.copy(acc[:, {h * bk}:{(h + 1) * bk}], A_s[{h}, :, :])")
-            for h in range(bn // bk):
-                e(f"T.copy(A_s[{h}, :, :], C[bz, by * {bm}, bx * {bn} + {h * bk}])")
+        if split:
+            # the raw partial sums, straight from the fragments (predicated at C's edges);
+            # the combine adds the splits and applies the epilogue
+            for b, a in zip(("C_part", "C2_part"), accs):
+                e(f"T.copy({a}, {b}[bzk, by * {bm}, bx * {bn}])")
         else:
-            e("T.copy(acc, C_s)")
-            e(f"T.copy(C_s, C[bz, by * {bm}, bx * {bn}])")
+            _write_epilogue(e, s, c)
         if c.persistent:
             e.dedent()
             e.dedent()
     if cm > 1:  # no CTA exits while a peer may still arrive on its barriers
         e("T.cluster_sync()")
     e.dedent()
+
+
+def _write_epilogue(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
+    """The consumers' epilogue of a one-launch "ws" kernel: the statistic's hand-off, the
+    row and column inputs, the epilogue, C through shared memory (or the A ring) by TMA."""
+    s, c = spec, cfg
+    bm, bn, bk = c.block_m, c.block_n, c.block_k
+    epilogue = epilogue_text(s, bm, bn)
+    if s.a_row_sumsq:
+        e("T.mbarrier_wait_parity(ss_ready, 0)")
+    for r in s.row_inputs:
+        e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
+    for v in s.col_inputs:
+        e(f"T.copy({v}[bx * {bn}], {v}_s)")
+    if epilogue.strip() != "acc[i, j]":
+        e(f"for i, j in T.Parallel({bm}, {bn}):")
+        with e.indent():
+            e(f"acc[i, j] = {epilogue}")
+    if c.c_alias:
+        # Every K step is consumed (all TMA loads landed, every wgmma waited for), so the A
+        # slots are free; each C column chunk of block_k fills one slot with the slot's own
+        # swizzled layout, and TMA stores it from there. Only this CTA's producer writes A
+        # slots (the cluster multicasts B and B2 only).
+        for h in range(bn // bk):
+            e(f"T.copy(acc[:, {h * bk}:{(h + 1) * bk}], A_s[{h}, :, :])")
+        for h in range(bn // bk):
+            e(f"T.copy(A_s[{h}, :, :], C[bz, by * {bm}, bx * {bn} + {h * bk}])")
+    else:
+        e("T.copy(acc, C_s)")
+        e(f"T.copy(C_s, C[bz, by * {bm}, bx * {bn}])")
