@@ -101,12 +101,29 @@ class CandidateRecord:
         return d
 
 
-@dataclass
+@dataclass(repr=False)
 class RunRecord:
     """Everything a run found, typed; :meth:`to_json` is ``record.json``.
 
-    ``mode`` is ``"timed"`` (:func:`tune`) or ``"dry-run"`` (:func:`dry_run`).
+    ``mode`` is ``"timed"`` (:func:`tune`) or ``"dry-run"`` (:func:`dry_run`). Its ``repr``
+    is one line (graph, mode, counts, the top-1 and its time); the candidates' CUDA C and
+    every field stay on the object and in :meth:`to_json`.
     """
+
+    def __repr__(self) -> str:
+        top = self.top1 if self.mode == "timed" else self.estimated_top1
+        if top is None:
+            lead = "no candidate passed" if self.mode == "timed" else "none lowered"
+        elif self.mode == "timed":
+            lead = f"top1={top.id} {top.time_us:.1f} us"
+            best = self.best_peer()
+            if best is not None:
+                lead += f", best peer {best.name!r} {best.time_us:.1f} us"
+        else:
+            lead = f"estimated_top1={top.id} {top.planned.estimate_us:.1f} us (not timed)"
+        return (f"<RunRecord {self.graph.name!r} {self.dtype} {self.mode}: "
+                f"{len(self.candidates)} candidates of {self.lowerable} lowerable plans, "
+                f"{lead}>")
 
     graph: Graph
     dtype: str
@@ -126,6 +143,9 @@ class RunRecord:
     #: How the run timed (:class:`~superopt.run.records.TimingConfig` as a dict; timed
     #: runs only): the preheat, replays and rotation that its times depend on.
     timing: dict | None = None
+    #: A dry run's peers: the names a timed run of this graph would compare against
+    #: (:func:`superopt.run.peers.peer_names`), none of them run.
+    peers_planned: list[str] = field(default_factory=list)
 
     @property
     def flops(self) -> int:
@@ -193,6 +213,8 @@ class RunRecord:
             out["timing"] = dict(self.timing)
         if self.mode == "dry-run" and self.estimated_top1 is not None:
             out["estimated_top1"] = self.estimated_top1.id
+        if self.mode == "dry-run":
+            out["peers_planned"] = list(self.peers_planned)
         top = self.top1
         if top is not None:
             out["top1"] = top.id

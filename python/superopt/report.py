@@ -130,6 +130,8 @@ def summary_lines(record: RunRecord) -> list[str]:
         if est is not None:
             out.append(f"estimated top-1 {est.id} ({est.planned.derived.derivation.id}): "
                        f"{_us(est.planned.estimate_us)} µs by the roofline model (not timed)")
+        if record.peers_planned:
+            out.append(f"a timed run compares against: {', '.join(record.peers_planned)}")
     elif top is not None:
         r = top.result
         out.append(f"top-1 {top.id} ({top.planned.derived.derivation.id}): {_us(r.graph_us)} "

@@ -384,9 +384,10 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
 
     Returns:
         A :class:`RunRecord` of mode ``"dry-run"``: each candidate's estimate and its CUDA C
-        (or the error that stopped it).
+        (or the error that stopped it), and the peers a timed run would compare against.
     """
     from .run.environment import environment_record
+    from .run.peers import peer_names
     from .run.pool import lower_candidates
 
     t0 = time.monotonic()
@@ -410,6 +411,7 @@ def dry_run(graph: Graph, *, dtype: str = "float16", budget: int = 24,
                     environment_record(None), len(plans.derived), len(plans.matched), recs,
                     search_cost={"plan_s": round(t_plan, 2),
                                  "lower_s": round(time.monotonic() - t0 - t_plan, 2)})
+    rec.peers_planned = peer_names(graph)
     rec.notes += plans.notes()
     return rec
 

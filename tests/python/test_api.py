@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ def test_optimize_from_a_plain_script_without_a_main_guard(tmp_path):
         x, w = b.input("X", ["t", "d"]), b.input("W", ["d", "f"])
         b.output(b.gelu_tanh(b.matmul(x, w, "d", "d")))
         rec = optimize(b.build(), budget=2, out="run")
+        print(repr(rec))
         print(rec.mode, len(rec.candidates), " | ".join(rec.notes))
         """))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"),
@@ -36,7 +38,11 @@ def test_optimize_from_a_plain_script_without_a_main_guard(tmp_path):
     p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    mode, n, note = p.stdout.strip().split(" ", 2)
+    shown, line = p.stdout.strip().split("\n")
+    # the record's repr is one line (the candidates' CUDA C stays in the record)
+    assert re.fullmatch(r"<RunRecord 'my_block' float16 dry-run: 2 candidates of \d+ lowerable "
+                        r"plans, estimated_top1=c0 [\d.]+ us \(not timed\)>", shown), shown
+    mode, n, note = line.split(" ", 2)
     assert mode == "dry-run" and int(n) == 2 and "no CUDA GPU here" in note
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     assert record["workload"] == "my_block" and record["mode"] == "dry-run"

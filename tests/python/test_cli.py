@@ -283,6 +283,11 @@ def test_the_dry_run_writes_everything_but_times_nothing(ran, cwd):
     assert json.loads((out / "record.json").read_text()) == doc
     assert doc["mode"] == "dry-run" and doc["environment"]["superopt"] == __version__
     assert doc["estimated_top1"] == "c0" and len(doc["candidates"]) == 2
+    # the peers a timed run would compare against, named (none run); quack's even when it is
+    # not installed here: a timed run reports it absent
+    assert doc["peers_planned"] == ["eager", "torch.compile",
+                                    "torch.compile max-autotune-no-cudagraphs", "cuBLAS",
+                                    "quack GEMM"] and doc["peers"] == []
     est = [c["estimate_us"] for c in doc["candidates"]]
     assert est == sorted(est)
     for c in doc["candidates"]:
@@ -290,6 +295,7 @@ def test_the_dry_run_writes_everything_but_times_nothing(ran, cwd):
         (cuda,) = c["lowering"]["cuda"].values()
         assert "__global__" in cuda
     report = (out / "report.md").read_text()
+    assert "a timed run compares against: eager, torch.compile, " in report
     for c in doc["candidates"]:  # the whole configuration in its row, never cut short
         row = next(ln for ln in report.splitlines() if ln.startswith(f"| {int(c['id'][1:]) + 1} "
                                                                     f"| {c['id']} "))
