@@ -11,9 +11,11 @@
 #           gelu_mlp_chain.
 #   splitk  (written 2026-12-05, second session) split-K GEMMs: their GPU tests, then the
 #           decode MLP's down projection one launch against split 2 and 4 (the model predicts
-#           38.8 -> 30.1 us for split 2), interleaved with torch.compile; then the decode MLP
-#           through the search (its top-1 was 112.7 us against torch.compile's 93.7).
-#   usage (GPU machine, repo root): bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk
+#           38.8 -> 30.1 us for split 2), interleaved with torch.compile,
+#           and each kernel's time under torch.profiler beside torch.compile's kernels;
+#   decode  then the decode MLP through the search (its top-1 was 112.7 us against
+#           torch.compile's 93.7).
+#   usage (GPU machine, repo root): bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk|decode
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 if [[ ! -d /tmp/site/tilelang ]]; then mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/site.tar.xz; fi
@@ -40,7 +42,13 @@ case ${1:-} in
       "gemm+gemm:${down/schedule=ws/schedule=auto},k1.splits=2" \
       --peers "torch.compile max-autotune-no-cudagraphs" --rounds 3 --processes 3 \
       --out "$out/decode_split_k.json" 2>&1 | tail -15
-    SUITE_LIMIT=150 bash bench/gpu_suite.sh llama3_decode_mlp --budget 4 --time-budget 40 \
+    # what each kernel takes, ours one launch and split, and torch.compile's kernels
+    timeout 110 python3 bench/explore/graph_trace.py examples/models/llama3_decode_mlp.py:llama3_decode_mlp \
+      --variant "gemm+gemm:$down,k1.splits=1" --variant "gemm+gemm:$down,k1.splits=2" \
+      --peers "torch.compile max-autotune-no-cudagraphs" --replays 5 \
+      --out "$out/decode_trace.json" 2>&1 | tail -25 ;;
+  decode)
+    SUITE_LIMIT=300 bash bench/gpu_suite.sh llama3_decode_mlp --budget 4 --time-budget 40 \
       --rounds 3 --processes 3 ;;
-  *) echo "usage: $0 tests|suite|stale|splitk" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|suite|stale|splitk|decode" >&2; exit 2 ;;
 esac
