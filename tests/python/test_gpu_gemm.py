@@ -847,21 +847,23 @@ def test_programmatic_dependent_launch_sees_the_previous_grid(tmp_path, tile):
 # split-K: partials in fp32 scratch, then the combine with the epilogue
 # =========================================================================================
 
-def _split(schedule: str):
-    return lambda c: c["k0.splits"] > 1 and c["k0.schedule"] == schedule
+def _split(schedule: str, **fields):
+    return lambda c: c["k0.splits"] > 1 and c["k0.schedule"] == schedule and all(
+        c[f"k0.{k}"] == v for k, v in fields.items())
 
 
-@pytest.mark.parametrize("schedule", ["auto", "ws"])
-def test_split_k_residual_plan(iso, tmp_path, schedule):
-    """A decode step's down projection with its residual, ``X + H @ W`` over 8 rows and a
-    ragged n: split along K on both schedules (partials stored under the row guard, the
-    residual read by the combine)."""
+@pytest.mark.parametrize("schedule,rows,fields", [
+    ("auto", 8, {}), ("ws", 8, {}), ("ws", 128, {"cluster_m": 2})], ids=["auto", "ws", "ws2"])
+def test_split_k_residual_plan(iso, tmp_path, schedule, rows, fields):
+    """A decode step's down projection with its residual, ``X + H @ W`` over 8 rows (and 128
+    in 2-CTA clusters multicasting B) and a ragged n: split along K on both schedules
+    (partials stored under the row guard, the residual read by the combine)."""
     def body(b):
         h, w = b.input("H", ["t", "f"]), b.input("W", ["f", "d"])
         return b.add(b.input("X", ["t", "d"]), b.matmul(h, w, "f", "f"))
-    g, plan = _graph_plan("split_residual", [("t", 8), ("f", 2048), ("d", 328)], body,
+    g, plan = _graph_plan("split_residual", [("t", rows), ("f", 2048), ("d", 328)], body,
                           [((3, 4), ("t", "d"), "f")])
-    check_module_case(iso, tmp_path, g, plan, "float16", _split(schedule))
+    check_module_case(iso, tmp_path, g, plan, "float16", _split(schedule, **fields))
 
 
 @pytest.mark.parametrize("schedule", ["auto", "ws"])
@@ -875,7 +877,8 @@ def test_split_k_swiglu_plan(iso, tmp_path, schedule):
     b.output(b.mul(b.silu(b.matmul(x, wg, "d", "d")), b.matmul(x, wu, "d", "d")))
     g = b.build()
     plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
-    check_module_case(iso, tmp_path, g, plan, "float16", _split(schedule))
+    fields = {"dual_mode": "concat"} if schedule == "auto" else {}
+    check_module_case(iso, tmp_path, g, plan, "float16", _split(schedule, **fields))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

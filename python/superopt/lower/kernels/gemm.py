@@ -155,7 +155,7 @@ def _write_combine(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     cm, cn = combine_tile(s)
     name = f"{s.name}_combine"
     shapes = {n: (shape, d) for n, shape, d in gemm_params(s)}
-    rows = [r for r in s.row_inputs if r not in s.prologue_fields]
+    rows = [r for r in split_params(s)[1] if r in s.row_inputs]
     row = c_input_index(s.m, cm, "by", "i")
     col = c_input_index(s.n, cn, "bx", "j")
     accs = list(zip(split_buffers(s), ("acc", "acc2")))

@@ -6,15 +6,16 @@ steps and writes its raw fp32 accumulators to ``C_part`` (and ``C2_part``) ``[sp
 batch, m, n]``; a combine launch, ``<name>_combine``, sums them in split order and applies
 the epilogue (:func:`split_launch_plan`; the texts: :mod:`.gemm`, :mod:`.gemm_ws_schedule`).
 
-Owns: the parameter lists and the split-K launch records. Imports the errors, the tiling and
-the launch records; takes specs and configurations by their fields (it must not import
-:mod:`.gemm_spec`, which imports it).
+Owns: the parameter lists and the split-K launch records. Imports the errors, the tiling,
+the shared checks and the launch records; takes specs and configurations by their fields
+(it must not import :mod:`.gemm_spec`, which imports it).
 """
 
 from __future__ import annotations
 
 from ...errors import LoweringError
 from .launches import LaunchCall, LaunchPlan, ScratchBuffer
+from .spec_checks import format_fields
 from .tiling import ceil_div
 
 #: Most K splits a configuration takes (:attr:`~.gemm_spec.GemmConfig.splits`).
@@ -50,13 +51,15 @@ def split_buffers(spec) -> tuple[str, ...]:
 def split_params(spec) -> tuple[list[str], list[str]]:
     """The inputs of a split GEMM's two launches, by name, in their prim_funcs' order: the
     partial pass reads A (or the A inputs), B [, B2], the row inputs the prologue reads and
-    the k inputs (then writes the scratch); the combine reads (after the scratch) the other
-    row inputs, the column inputs and the C-shaped inputs (then writes C)."""
+    the k inputs (then writes the scratch); the combine reads (after the scratch) the row
+    inputs the epilogue reads, the column inputs and the C-shaped inputs (then writes C).
+    A row input both read is passed to both."""
     pro = set(spec.prologue_fields)
+    epi = set(format_fields(spec.epilogue, "epilogue"))
     main = [a for a, _ in spec.a_inputs] or ["A"]
     main += ["B", "B2"] if spec.dual else ["B"]
     main += [r for r in spec.row_inputs if r in pro] + list(spec.k_inputs)
-    combine = [r for r in spec.row_inputs if r not in pro] + list(spec.col_inputs)
+    combine = [r for r in spec.row_inputs if r in epi] + list(spec.col_inputs)
     combine += [c for c, _ in spec.c_inputs]
     return main, combine
 

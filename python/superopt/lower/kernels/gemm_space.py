@@ -28,7 +28,7 @@ from ...dtypes import itemsize
 from ...errors import LoweringError
 from .gemm_chain_spec import (GemmChainSpec, chain_config_space, chain_cost_clk,
                               check_chain_config)
-from .gemm_launch import combine_tile, gemm_params, split_buffers
+from .gemm_launch import combine_tile, gemm_params, split_buffers, split_params
 from .gemm_spec import NUM_SMS, GemmConfig, GemmSpec, check_config, check_spec
 from .tiling import ceil_div
 
@@ -106,9 +106,9 @@ def _warpgroup_tile(cfg: GemmConfig) -> tuple[int, int]:
 def gemm_cost_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
                   num_sms: int = NUM_SMS) -> float:
     """A cheap time estimate of one launch (a split-K configuration's two), in SM clocks
-    (for ordering, not prediction): :func:`gemm_block_clk`, but never under the time DRAM
-    takes to move the operands, C, the C-shaped inputs and split-K's partials
-    (``_DRAM_BYTES_PER_CLK``). A chain's is :func:`~.gemm_chain_spec.chain_cost_clk`.
+    (for ordering, not prediction): :func:`gemm_block_clk`, but the main launch never under
+    the time DRAM takes to move its bytes (:func:`_dram_bytes` at ``_DRAM_BYTES_PER_CLK``),
+    then split-K's combine. A chain's is :func:`~.gemm_chain_spec.chain_cost_clk`.
     """
     if isinstance(spec, GemmChainSpec):
         return chain_cost_clk(spec, cfg, num_sms)
@@ -136,14 +136,17 @@ def gemm_block_clk(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig,
 
 
 def _dram_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
-    """Bytes a GEMM moves to or from DRAM at least: A (or its inputs), B [and B2], C, the
-    row, column and C-shaped inputs, and split-K's fp32 partials (written, then read)."""
+    """Bytes one launch of a GEMM moves to or from DRAM at least: what it reads (A or its
+    inputs, B [and B2], the vectors), C and the C-shaped inputs; split-K's partial pass
+    reads what its main loop needs and writes the fp32 partials instead (its combine's
+    traffic is :func:`_combine_clk`'s)."""
     s = spec
-    total = sum(math.prod(shape) * itemsize(d) for _, shape, d in gemm_params(s))
-    total += s.batch * s.m * s.n * itemsize(s.out_dtype)
-    if cfg.splits > 1:
-        total += 2 * cfg.splits * len(split_buffers(s)) * s.batch * s.m * s.n * 4
-    return total
+    if cfg.splits == 1:
+        total = sum(math.prod(shape) * itemsize(d) for _, shape, d in gemm_params(s))
+        return total + s.batch * s.m * s.n * itemsize(s.out_dtype)
+    shapes = {n: (shape, d) for n, shape, d in gemm_params(s)}
+    total = sum(math.prod(shapes[n][0]) * itemsize(shapes[n][1]) for n in split_params(s)[0])
+    return total + cfg.splits * len(split_buffers(s)) * s.batch * s.m * s.n * 4
 
 
 def _block_clk(spec: GemmSpec, cfg: GemmConfig, num_sms: int) -> tuple[float, float]:
@@ -234,7 +237,7 @@ def _chain_rate(spec: GemmChainSpec) -> float:
     second = GemmSpec(spec.batch, spec.m, spec.n, spec.f, spec.b2_layout, dtype=spec.dtype,
                       out_dtype=spec.out_dtype, b_batch=spec.b2_batch)
     try:
-        best = [gemm_config_space(s, limit=1) for s in (spec, first, second)]
+        best = [_one_launch(s) for s in (spec, first, second)]
     except LoweringError:
         return 1.0
     if not all(best):
@@ -273,6 +276,15 @@ def _chain_cost_shape(spec: GemmChainSpec) -> GemmChainSpec:
     return replace(spec, name="gemm_chain", mid="{acc}", epilogue="{acc}", c_inputs=c_inputs,
                    **_canonical_inputs(spec, {"row_inputs": "r", "f_inputs": "f",
                                               "col_inputs": "c"}))
+
+
+def _one_launch(spec: GemmSpec | GemmChainSpec) -> list[GemmConfig]:
+    """The best one-launch configuration (``splits == 1``) of ``spec``, as a list of one (or
+    none): a rate compares tensor rates, which split-K's partials and combine do not
+    change."""
+    if isinstance(spec, GemmChainSpec):
+        return gemm_config_space(spec, limit=1)
+    return [c for c in gemm_config_space(spec, limit=None) if c.splits == 1][:1]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -315,7 +327,7 @@ def _gemm_rate(spec: GemmSpec) -> float:
     plain = replace(spec, a_inputs=(), prologue="", a_row_sumsq=False, k_inputs=(),
                     vector_dtypes=tuple(v for v in spec.vector_dtypes if v[0] in kept))
     try:
-        own, ref = gemm_config_space(spec, limit=1), gemm_config_space(plain, limit=1)
+        own, ref = _one_launch(spec), _one_launch(plain)
     except LoweringError:
         return 1.0
     if not own or not ref:
