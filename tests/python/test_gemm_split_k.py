@@ -335,3 +335,29 @@ def test_the_space_splits_where_tiles_leave_sms_idle():
         a <= b for (fa, a), (fb, b) in zip(zip(floored, clk), zip(floored[1:], clk[1:]))
         if fa == fb)
     assert NUM_SMS == 132
+
+
+def test_the_search_hedges_the_launch_count():
+    """The decode MLP's plan: the model's best splits the down projection (two launches);
+    the whole-plan space's second and third configurations are the launch hedges (the
+    gate/up kernel split, the down projection in one launch), the rest of the plan as the
+    first has it; a space of one is the first alone."""
+    from superopt.lower.config import config_space, launch_count
+
+    g = _decode_mlp(t=8, d=4096, f=14336)
+    matches = []
+    for d in derive_all(g):
+        try:
+            matches.append(match_plan(d.plan))
+        except LoweringError:
+            continue
+    match = next(m for m in matches if m.families == ("gemm", "gemm"))
+    space = config_space(match, limit=4)
+    assert [c["k1.splits"] > 1 for c in space[:3]] == [True, True, False]
+    assert [c["k0.splits"] > 1 for c in space[:3]] == [False, True, False]
+    first = unflatten_config(match, space[0])
+    assert [launch_count(kl, c) for kl, c in zip(match.kernels, first)] == [1, 2]
+    for hedge, k in ((space[1], "k0."), (space[2], "k1.")):
+        assert {key for key in space[0] if space[0][key] != hedge[key]} <= {
+            key for key in space[0] if key.startswith(k)}
+    assert config_space(match, limit=1) == space[:1]

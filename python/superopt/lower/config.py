@@ -9,6 +9,8 @@ Owns: the whole-plan space and the flat form. Must not import module emission.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import MISSING, asdict, fields, replace
 
 from ..errors import LoweringError
@@ -34,6 +36,13 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     small budget measures TileLang's pipeline and K steps of 128 beside the model's best
     128x256 "ws" tile instead of four ring depths of the latter, which it prices alike.
 
+    Second come the launch hedges (:func:`launch_count`): for each kernel whose best
+    configuration launches a different number of kernels than another of its space (a
+    split-K GEMM's partial pass and combine against one launch), the best of the other
+    count, the rest of the plan as the first configuration has it. The model trades a
+    second launch against filling the SMs, a trade it has not been calibrated on; a budget
+    of two already measures both sides.
+
     Returns flat dicts ``{"k0.block_m": 128, ...}``; ``[]`` when some kernel has no valid
     configuration at all.
     """
@@ -42,11 +51,41 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     if any(not s for s in spaces):
         return []
     main = dominant_kernel(match)
-    out = []
-    for cfg in structures_first(kls[main], spaces[main])[:limit]:
+    walk = structures_first(kls[main], spaces[main])
+    first = [walk[0] if i == main else spaces[i][0] for i in range(len(kls))]
+    out = [first]
+    for i, kl in enumerate(kls if limit is None or limit > 1 else ()):
+        n = launch_count(kl, first[i])
+        alt = next((c for c in _whole_space(kl) if launch_count(kl, c) != n), None)
+        if alt is not None:
+            out.append([alt if j == i else c for j, c in enumerate(first)])
+    for cfg in walk[1:]:
         chosen = [cfg if i == main else spaces[i][0] for i in range(len(kls))]
-        out.append(flatten_config(chosen))
-    return out
+        if chosen not in out:
+            out.append(chosen)
+    return [flatten_config(c) for c in out][:limit]
+
+
+def _whole_space(kl: KernelLowering) -> list:
+    """``kl``'s whole configuration space, best first, where its family's space takes a
+    ``limit`` (the pruned one otherwise)."""
+    space = FAMILIES[kl.family].config_space
+    if "limit" not in inspect.signature(space).parameters:
+        return space(kl.spec)
+    return _whole_space_of(kl.family, kl.spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _whole_space_of(family: str, spec) -> tuple:
+    return tuple(FAMILIES[family].config_space(spec, limit=None))
+
+
+def launch_count(kl: KernelLowering, cfg) -> int:
+    """How many kernels ``cfg`` launches for ``kl`` (its ``launch_plan``'s calls; 1 without
+    one)."""
+    declare = getattr(cfg, "launch_plan", None)
+    plan = declare(kl.spec) if callable(declare) else None
+    return 1 if plan is None else len(plan.calls)
 
 
 def structures_first(kl: KernelLowering, space: list) -> list:
