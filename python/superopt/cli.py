@@ -51,7 +51,7 @@ from pathlib import Path
 from .dtypes import DTYPES, STORAGE_DTYPES
 from .errors import (CaseError, Interrupted, NoCudaError, OutOfMemoryError, SuperoptError,
                      from_exception)
-from .ir.workloads import WORKLOADS, parse_case
+from .ir.workloads import WORKLOADS, case_entries
 from .runlog import RunLog, run_log_path
 from .version import __version__
 
@@ -200,7 +200,8 @@ def _cap_options(p: argparse.ArgumentParser) -> None:
 
 def _graph(args):
     from .graphs import load_graph
-    return load_graph(args.graph, parse_case(args.case))
+    # (as written: a FILE.py:FUNCTION names a size its function does not take first)
+    return load_graph(args.graph, case_entries(args.case))
 
 
 def cmd_workloads(args) -> int:

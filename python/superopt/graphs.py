@@ -25,29 +25,39 @@ from typing import Mapping
 
 from .errors import CaseError, SuperoptError
 from .ir.dag import Graph
-from .ir.workloads import WORKLOADS, get_workload
+from .ir.workloads import WORKLOADS, case_size, get_workload
 from .wire import codec, messages
 
 
-def load_graph(spec: str, sizes: Mapping[str, int] | None = None) -> Graph:
-    """The graph that ``spec`` names, at ``sizes`` (see the module docstring).
+def load_graph(spec: str, sizes: Mapping[str, int | str] | None = None) -> Graph:
+    """The graph that ``spec`` names, at ``sizes`` (see the module docstring). A size may be
+    given as written on the command line (``"256"``, :func:`~superopt.ir.workloads.case_entries`):
+    a ``FILE.py:FUNCTION`` then names a size its function does not take before it checks
+    the values (:func:`~superopt.ir.workloads.case_size`).
 
     Raises:
         CaseError: a file that does not exist or cannot be imported, a function that is
             missing, raises, takes other parameters than ``sizes`` names, or returns
-            something that is not a Graph; a ``.msgpack`` that is not a graph map.
+            something that is not a Graph; a ``.msgpack`` that is not a graph map; a size
+            that is not an integer in [1, 2^31).
         GraphError: the graph itself is ill formed (shape inference).
     """
     sizes = dict(sizes or {})
+    if ":" in spec and not spec.endswith(".msgpack") and spec not in WORKLOADS:
+        file, _, func = spec.rpartition(":")
+        return _from_python(Path(file), func, sizes)
+    sizes = _sizes(sizes)
     if spec in WORKLOADS:
         return get_workload(spec).graph(**sizes)
     if spec.endswith(".msgpack"):
         return _from_msgpack(Path(spec), sizes)
-    if ":" in spec:
-        file, _, func = spec.rpartition(":")
-        return _from_python(Path(file), func, sizes)
     raise CaseError(f"{spec!r} is neither a workload ({', '.join(WORKLOADS)}), nor "
                     "FILE.py:FUNCTION, nor a GRAPH.msgpack", path="graph")
+
+
+def _sizes(sizes: dict) -> dict[str, int]:
+    """``sizes`` with each value written as text checked and made an integer."""
+    return {k: case_size(k, v) if isinstance(v, str) else v for k, v in sizes.items()}
 
 
 def _from_msgpack(path: Path, sizes: dict) -> Graph:
@@ -99,6 +109,7 @@ def _from_python(path: Path, func: str, sizes: dict) -> Graph:
     if unknown:
         raise CaseError(f"{func}() takes no size {unknown[0]!r}; its parameters are "
                         f"{', '.join(params) or 'none'}", path="--case")
+    sizes = _sizes(sizes)
     try:
         g = fn(**sizes)
     except SuperoptError:

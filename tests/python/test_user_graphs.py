@@ -96,6 +96,10 @@ def test_caps_are_reported(capsys):
     ("{dir}/model.py:raises", None, "raises(**{{}}) raised RuntimeError: boom"),
     ("{dir}/model.py:not_a_graph", None, "not_a_graph() returned int, not a superopt Graph"),
     ("{dir}/model.py:my_block", "q=4", "my_block() takes no size 'q'; its parameters are m, d, n"),
+    # the unknown size named before its value is judged (a newcomer's eps=1e-6)
+    ("{dir}/model.py:my_block", "eps=1e-6",
+     "my_block() takes no size 'eps'; its parameters are m, d, n"),
+    ("{dir}/model.py:my_block", "m=1e3", "--case: size of 'm' is '1e3', not an integer"),
     ("{dir}/model.txt:my_block", None, "is not a .py file"),
 ])
 def test_bad_user_files_are_one_line_and_status_2(capsys, user_file, spec, case, message):
