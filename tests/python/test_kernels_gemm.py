@@ -104,11 +104,12 @@ def expected_grid(spec: GemmSpec, c: GemmConfig) -> tuple[int, int, int]:
         return (min(units, 132 // c.cluster_m) * c.cluster_m, 1, 1)
     if c.persistent:
         return (min(spec.batch * m_blocks * n_blocks, 132), 1, 1)
+    z = spec.batch * c.splits  # split-K: the splits of a tile along z
     if m_blocks > 65535:
-        return (n_blocks * m_blocks * spec.batch, 1, 1)
-    if spec.batch > 65535:
-        return (n_blocks * spec.batch, m_blocks, 1)
-    return (n_blocks, m_blocks, spec.batch)
+        return (n_blocks * m_blocks * z, 1, 1)
+    if z > 65535:
+        return (n_blocks * z, m_blocks, 1)
+    return (n_blocks, m_blocks, z)
 
 
 def assert_ws_pipeline(cuda: str, spec: GemmSpec, cfg: GemmConfig) -> None:
@@ -1180,7 +1181,8 @@ def test_prologue_gemm_lowers_computing_a_on_its_tiles(tmp_path, spec):
                                                           % 16 == 0)
         assert "fence_proxy_async" in cuda  # generic-proxy writes of A_s before wgmma reads
         if spec.k % cfg.block_k:  # the ragged K tail is zero, whatever the prologue gives there
-            assert f"ko * {cfg.block_k} + j < {spec.k}" in src
+            # (a split's K step is its own: split sk's per steps from sk · per on)
+            assert re.search(rf"(ko|\(sk \* \d+ \+ ko\)) \* {cfg.block_k} \+ j < {spec.k}", src)
             bounds = [spec.k // v for v in (1, 2, 4, 8) if spec.k % v == 0]
             assert re.search("|".join(rf"< {b}\)" for b in bounds), cuda)
 

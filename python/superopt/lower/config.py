@@ -36,12 +36,13 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     small budget measures TileLang's pipeline and K steps of 128 beside the model's best
     128x256 "ws" tile instead of four ring depths of the latter, which it prices alike.
 
-    Second come the launch hedges (:func:`launch_count`): for each kernel whose best
-    configuration launches a different number of kernels than another of its space (a
-    split-K GEMM's partial pass and combine against one launch), the best of the other
-    count, the rest of the plan as the first configuration has it. The model trades a
-    second launch against filling the SMs, a trade it has not been calibrated on; a budget
-    of two already measures both sides.
+    Second come the launch hedges (:func:`launch_count`): for each kernel but the dominant
+    one (which walks its space) whose best configuration launches a different number of
+    kernels than another of its whole space (a split-K GEMM's partial pass and combine
+    against one launch), the best of the other count, the rest of the plan as the first
+    configuration has it. The model trades a second launch against filling the SMs, a trade
+    it has not been calibrated on, and the other kernels are otherwise measured at their
+    best-ranked configuration only.
 
     Returns flat dicts ``{"k0.block_m": 128, ...}``; ``[]`` when some kernel has no valid
     configuration at all.
@@ -55,6 +56,8 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     first = [walk[0] if i == main else spaces[i][0] for i in range(len(kls))]
     out = [first]
     for i, kl in enumerate(kls if limit is None or limit > 1 else ()):
+        if i == main:
+            continue
         n = launch_count(kl, first[i])
         alt = next((c for c in _whole_space(kl) if launch_count(kl, c) != n), None)
         if alt is not None:
