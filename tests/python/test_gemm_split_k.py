@@ -90,26 +90,9 @@ CASES = [
 
 def _emulate(spec: GemmSpec, cfg: GemmConfig, x: dict) -> tuple[np.ndarray, tl_emulator.Access]:
     """C of ``spec`` under ``cfg`` from its generated source, emulated launch by launch."""
-    src = gemm_source(spec, cfg)
-    params = [x[n] for n, _, _ in gemm_params(spec)]
     out = np.full((spec.batch, spec.m, spec.n), 12345.0)
-    plan = cfg.launch_plan(spec)
-    if plan is None:
-        return out, tl_emulator.run(src, spec.name, params + [out])
-    scratch = {b.name: np.full(b.shape, np.nan) for b in plan.scratch}
-    log = tl_emulator.Access()
-    for call in plan.calls:
-        args = []
-        for a in call.args:
-            if a[0] == "param":
-                args.append(params[a[1]].reshape(a[2]))
-            elif a[0] == "scratch":
-                args.append(scratch[a[1]])
-            else:
-                args.append(out.reshape(a[1]))
-        one = tl_emulator.run(src, call.func, args)
-        log.reads += one.reads
-        log.writes += one.writes
+    log = tl_emulator.run_launches(gemm_source(spec, cfg), spec.name, cfg.launch_plan(spec),
+                                   [x[n] for n, _, _ in gemm_params(spec)], [out])
     return out, log
 
 

@@ -214,10 +214,17 @@ def run_kernel(family, kl, cfg, params: list[np.ndarray], outputs: list[np.ndarr
     """Run one matched kernel ``kl`` of ``family`` with configuration ``cfg`` as the generated
     module would: its one launch, or the launches its configuration declares (a split's
     partial pass and combine, with their scratch buffers)."""
-    source = family.source(kl.spec, cfg)
     plan = cfg.launch_plan(kl.spec) if hasattr(cfg, "launch_plan") else None
+    return run_launches(family.source(kl.spec, cfg), kl.spec.name, plan, params, outputs)
+
+
+def run_launches(source: str, name: str, plan, params: list[np.ndarray],
+                 outputs: list[np.ndarray]) -> Access:
+    """Run ``source``'s kernel ``name`` on ``params`` (its inputs, in order) into ``outputs``:
+    one launch when ``plan`` is None, else the launches of ``plan`` (a
+    :class:`~superopt.lower.kernels.launches.LaunchPlan`) through NaN-filled scratch."""
     if plan is None:
-        return run(source, kl.spec.name, params + outputs)
+        return run(source, name, params + outputs)
     scratch = {b.name: np.full(b.shape, np.nan) for b in plan.scratch}
     log = Access()
     for call in plan.calls:

@@ -40,7 +40,7 @@ from __future__ import annotations
 from ..emit import Lines
 from .gemm_chain import chain_source
 from .gemm_chain_spec import GemmChainSpec
-from .gemm_expr import c_input_index, epilogue_text, prologue_text, wants_fast_math
+from .gemm_expr import c_input_index, prologue_text, wants_fast_math, write_epilogue
 from .gemm_grid import open_kernel, plan_grid
 from .gemm_launch import (COMBINE_THREADS, combine_tile, gemm_params, split_buffers,
                           split_params)
@@ -192,15 +192,7 @@ def _write_combine(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
                 with e.indent():
                     for b, a in accs:
                         e(f"{a}[i, j] = {a}[i, j] + {b}[sk * {s.batch} + bz, {row}, {col}]")
-            for r in rows:
-                e(f"T.copy({r}[bz, by * {cm}], {r}_s)")
-            for v in s.col_inputs:
-                e(f"T.copy({v}[bx * {cn}], {v}_s)")
-            epilogue = epilogue_text(s, cm, cn)
-            if epilogue.strip() != "acc[i, j]":
-                e(f"for i, j in T.Parallel({cm}, {cn}):")
-                with e.indent():
-                    e(f"acc[i, j] = {epilogue}")
+            write_epilogue(e, s, cm, cn, rows)
             e(f"T.copy(acc, C[bz, by * {cm}, bx * {cn}])")
             e.dedent()
         e()
@@ -230,7 +222,6 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     b_tile = (b_n, bk) if nk else (bk, b_n)
     policy = f"T.GemmWarpPolicy.{WARP_POLICIES[c.policy]}"
     tb = ", transpose_B=True" if nk else ""
-    epilogue = epilogue_text(s, bm, bn)
     pro_rows = [r for r in s.row_inputs if r in s.prologue_fields]
     bzb = s.b_batch_index("bz")
     split = c.splits > 1
@@ -356,15 +347,8 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
             e("T.copy(ss, ss_s)")
         else:
             e("T.fill(ss_s, 0.0)")
-    for r in s.row_inputs:
-        if r not in pro_rows or s.k == 0:
-            e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
-    for cv in s.col_inputs:
-        e(f"T.copy({cv}[bx * {bn}], {cv}_s)")
-    if epilogue.strip() != "acc[i, j]":
-        e(f"for i, j in T.Parallel({bm}, {bn}):")
-        with e.indent():
-            e(f"acc[i, j] = {epilogue}")
+    # (the prologue's rows are in shared memory already, loaded before the K loop)
+    write_epilogue(e, s, bm, bn, [r for r in s.row_inputs if r not in pro_rows or s.k == 0])
     if c.store == "tma":
         e("T.copy(acc, C_s)")
         e(f"T.copy(C_s, C[bz, by * {bm}, bx * {bn}])")

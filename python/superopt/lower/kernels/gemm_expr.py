@@ -12,8 +12,9 @@ Inside a kernel the tile's origin is ``(by * block_m, bx * block_n)`` of batch `
 
 Vectors live in shared memory as ``<name>_s`` in their own dtype and are read as fp32.
 
-Owns: these field bindings. Imports nothing but the spec type (for annotations); must not
-import a source writer.
+Owns: these field bindings, and the text that loads the tile's vectors and applies the
+epilogue (:func:`write_epilogue`, shared by both schedules and split-K's combine). Imports
+nothing but the spec and emitter types (for annotations); must not import a source writer.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..emit import Lines
     from .gemm_spec import GemmSpec
 
 
@@ -103,6 +105,22 @@ def epilogue_text(spec: "GemmSpec", block_m: int, block_n: int, *, acc: str = "a
                                f"{c_input_index(spec.n, block_n, 'bx', 'j')}]", d)
                    for c, d in spec.c_inputs})
     return spec.epilogue.format(**fields)
+
+
+def write_epilogue(e: "Lines", spec: "GemmSpec", block_m: int, block_n: int,
+                   rows) -> None:
+    """At ``e``'s depth: copy the row inputs ``rows`` and every column input of the tile at
+    ``(by, bx)`` into their shared buffers, then apply the epilogue to ``acc`` in place
+    (nothing when the epilogue is the accumulator itself)."""
+    for r in rows:
+        e(f"T.copy({r}[bz, by * {block_m}], {r}_s)")
+    for v in spec.col_inputs:
+        e(f"T.copy({v}[bx * {block_n}], {v}_s)")
+    epilogue = epilogue_text(spec, block_m, block_n)
+    if epilogue.strip() != "acc[i, j]":
+        e(f"for i, j in T.Parallel({block_m}, {block_n}):")
+        with e.indent():
+            e(f"acc[i, j] = {epilogue}")
 
 
 def c_input_index(extent: int, block: int, tile: str, offset: str) -> str:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from ..emit import Lines
 from ..target import HOPPER
-from .gemm_expr import epilogue_text
+from .gemm_expr import write_epilogue
 from .gemm_grid import open_kernel
 from .gemm_spec import SUMSQ_VECTOR, GemmConfig, GemmSpec, gemm_grid
 from .tiling import ceil_div
@@ -348,17 +348,9 @@ def _write_epilogue(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     row and column inputs, the epilogue, C through shared memory (or the A ring) by TMA."""
     s, c = spec, cfg
     bm, bn, bk = c.block_m, c.block_n, c.block_k
-    epilogue = epilogue_text(s, bm, bn)
     if s.a_row_sumsq:
         e("T.mbarrier_wait_parity(ss_ready, 0)")
-    for r in s.row_inputs:
-        e(f"T.copy({r}[bz, by * {bm}], {r}_s)")
-    for v in s.col_inputs:
-        e(f"T.copy({v}[bx * {bn}], {v}_s)")
-    if epilogue.strip() != "acc[i, j]":
-        e(f"for i, j in T.Parallel({bm}, {bn}):")
-        with e.indent():
-            e(f"acc[i, j] = {epilogue}")
+    write_epilogue(e, s, bm, bn, s.row_inputs)
     if c.c_alias:
         # Every K step is consumed (all TMA loads landed, every wgmma waited for), so the A
         # slots are free; each C column chunk of block_k fills one slot with the slot's own
