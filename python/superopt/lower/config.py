@@ -39,10 +39,10 @@ def config_space(match: PlanMatch, limit: int = 16) -> list[dict]:
     Second come the launch hedges (:func:`launch_count`): for each kernel but the dominant
     one (which walks its space) whose best configuration launches a different number of
     kernels than another of its whole space (a split-K GEMM's partial pass and combine
-    against one launch; a split column reduction's), the best of the other count, the rest of the plan as the first
-    configuration has it. The model trades a second launch against filling the SMs, a trade
-    it has not been calibrated on, and the other kernels are otherwise measured at their
-    best-ranked configuration only.
+    against one launch; a split column reduction's), the best of the other count, the rest
+    of the plan as the first configuration has it. The model trades a second launch against
+    filling the SMs, a trade it has not been calibrated on, and the other kernels are
+    otherwise measured at their best-ranked configuration only.
 
     Returns flat dicts ``{"k0.block_m": 128, ...}``; ``[]`` when some kernel has no valid
     configuration at all.

@@ -74,7 +74,8 @@ def combine_tile(spec) -> tuple[int, int]:
 
 
 def check_split(spec, cfg) -> None:
-    """Refuse a split-K configuration (:attr:`~.gemm_spec.GemmConfig.splits`) this spec cannot take.
+    """Refuse a split-K configuration (:attr:`~.gemm_spec.GemmConfig.splits`) this spec
+    cannot take.
 
     Raises:
         LoweringError: ``splits`` out of ``[1, MAX_SPLITS]``; split with ``k == 0``, a
