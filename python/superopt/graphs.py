@@ -32,8 +32,8 @@ from .wire import codec, messages
 def load_graph(spec: str, sizes: Mapping[str, int | str] | None = None) -> Graph:
     """The graph that ``spec`` names, at ``sizes`` (see the module docstring). A size may be
     given as written on the command line (``"256"``, :func:`~superopt.ir.workloads.case_entries`):
-    a ``FILE.py:FUNCTION`` then names a size its function does not take before it checks
-    the values (:func:`~superopt.ir.workloads.case_size`).
+    a workload or a ``FILE.py:FUNCTION`` then names a size it does not take before the
+    values are checked (:func:`~superopt.ir.workloads.case_size`).
 
     Raises:
         CaseError: a file that does not exist or cannot be imported, a function that is
@@ -46,9 +46,10 @@ def load_graph(spec: str, sizes: Mapping[str, int | str] | None = None) -> Graph
     if ":" in spec and not spec.endswith(".msgpack") and spec not in WORKLOADS:
         file, _, func = spec.rpartition(":")
         return _from_python(Path(file), func, sizes)
+    if spec in WORKLOADS:  # (an axis it lacks named before a value is judged)
+        get_workload(spec).check_axes(sizes)
+        return get_workload(spec).graph(**_sizes(sizes))
     sizes = _sizes(sizes)
-    if spec in WORKLOADS:
-        return get_workload(spec).graph(**sizes)
     if spec.endswith(".msgpack"):
         return _from_msgpack(Path(spec), sizes)
     raise CaseError(f"{spec!r} is neither a workload ({', '.join(WORKLOADS)}), nor "

@@ -92,6 +92,9 @@ RUNS: dict[str, tuple[list[str], dict]] = {
 CASE_ERRORS = {
     "m=": "superopt: error: --case: axis 'm' has no size; expected m=SIZE, e.g. m=256",
     "m=abc": "superopt: error: --case: size of 'm' is 'abc', not an integer",
+    # an axis the workload lacks is named before its value is judged
+    "eps=1e-6": "superopt: error: --case: workload 'matmul' has no axis 'eps'; its axes are "
+                "m, d, n",
     "m=1.5": "superopt: error: --case: size of 'm' is '1.5', not an integer",
     "m=0": "superopt: error: --case: size of 'm' is 0; sizes must be >= 1",
     "m=-3": "superopt: error: --case: size of 'm' is -3; sizes must be >= 1",

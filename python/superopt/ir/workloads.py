@@ -101,6 +101,17 @@ class Workload:
     build: Callable[..., Graph]
     reference_case: Mapping[str, int]
 
+    def check_axes(self, axes) -> None:
+        """Refuse an axis name this workload lacks.
+
+        Raises:
+            CaseError: naming the first such axis and the workload's axes.
+        """
+        for axis in axes:
+            if axis not in self.reference_case:
+                raise CaseError(f"workload {self.name!r} has no axis {axis!r}; its axes are "
+                                f"{', '.join(self.reference_case)}", path="--case")
+
     def graph(self, **sizes: int) -> Graph:
         """The graph at the reference case with ``sizes`` overriding some axes.
 
@@ -108,10 +119,8 @@ class Workload:
             CaseError: an axis this workload lacks, or a size that is not an int in
                 [1, 2^31). (A :class:`Graph` built directly may have size-0 axes.)
         """
+        self.check_axes(sizes)
         for axis, value in sizes.items():
-            if axis not in self.reference_case:
-                raise CaseError(f"workload {self.name!r} has no axis {axis!r}; its axes are "
-                                f"{', '.join(self.reference_case)}", path="--case")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise CaseError(f"axis {axis!r} must be a positive integer, got {value!r}",
                                 path="--case")
