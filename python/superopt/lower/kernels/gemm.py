@@ -147,10 +147,10 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
 
 def _write_combine(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
     """Write ``def build_<name>_combine():``, the second launch of a split-K GEMM: each block
-    owns a :func:`~.gemm_spec.combine_tile` of C, sums its ``splits`` fp32 partials in split
+    owns a :func:`~.gemm_launch.combine_tile` of C, sums its ``splits`` fp32 partials in split
     order (rows and columns past C clamped to its edge: read, never stored), applies the
     epilogue and stores C. Parameters: ``C_part`` [, ``C2_part``] ``[splits · batch, m,
-    n]``, the epilogue's inputs (:func:`~.gemm_spec.split_params`), then C."""
+    n]``, the epilogue's inputs (:func:`~.gemm_launch.split_params`), then C."""
     s, sp = spec, cfg.splits
     cm, cn = combine_tile(s)
     name = f"{s.name}_combine"
