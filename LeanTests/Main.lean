@@ -26,10 +26,11 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
   certificates and the bits of `log2e` are checked;
 * **graphs beyond the golden derivation files** (`llama3_attention`, `residual_rmsnorm`, and
   test graphs mirroring `examples/models/` that exercise `distribute_*`, `commute_row_scale`,
-  `move_contracted_scale`, `fuse_gemm_chain`, `fuse_epilogue` from a reduction and
-  `online_softmax` over scores with an additive input): the graph bytes and the derivations match
-  Python's by fingerprint (`modelFingerprints`, printed by `LeanTests/fingerprints.py`), and the
-  step checker accepts every derivation.
+  `move_contracted_scale`, `fuse_gemm_chain`, `fuse_contraction` (over grouped-query heads
+  too, a sum of a sum of the matmul), `fuse_epilogue` from a reduction and `online_softmax`
+  over scores with an additive input): the graph bytes and the derivations match Python's by
+  fingerprint (`modelFingerprints`, printed by `LeanTests/fingerprints.py`), and the step
+  checker accepts every derivation.
 
 Importing `LeanTests.RulesTest` makes `lake test` also build the kernel and `#eval` checks of
 the law model and the rules (a failing one fails the build of the test driver).
@@ -311,6 +312,33 @@ def bertAttentionGraph : Except GraphError Graph :=
     let p ← Dsl.softmaxSubdag x "t_kv"
     Dsl.matmul p v "t_kv" "t_kv"
 
+/-- `examples/models/attention_out_proj.py` at its default case: the per-head output projection
+`Σ_h Σ_e O[b, h, t, e] · W_o[h, e, d]` plus the residual `X`, which `fuse_contraction` makes one
+GEMM contracting `(h, e)`. -/
+def attentionOutProjGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "attention_out_proj"
+      [("b", 1), ("h", 32), ("t", 4096), ("e", 128), ("d", 4096)] do
+    let o ← Dsl.input "O" ["b", "h", "t", "e"]
+    let w ← Dsl.input "W_o" ["h", "e", "d"]
+    let x ← Dsl.input "X" ["b", "t", "d"]
+    let m ← Dsl.matmul o w "e" "e"
+    let s ← Dsl.red .sum "h" m
+    Dsl.add x s
+
+/-- `gqa_out_proj` of `LeanTests/fingerprints.py`: the output projection over grouped-query heads
+`[g, r]`, `X + Σ_g Σ_r Σ_e O[b, g, r, t, e] · W_o[g, r, e, d]`, which `fuse_contraction` makes
+one GEMM contracting `(g, r, e)` in two steps (the second from a sum of the matmul). -/
+def gqaOutProjGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "gqa_out_proj"
+      [("b", 1), ("g", 8), ("r", 4), ("t", 4096), ("e", 128), ("d", 4096)] do
+    let o ← Dsl.input "O" ["b", "g", "r", "t", "e"]
+    let w ← Dsl.input "W_o" ["g", "r", "e", "d"]
+    let x ← Dsl.input "X" ["b", "t", "d"]
+    let m ← Dsl.matmul o w "e" "e"
+    let s1 ← Dsl.red .sum "r" m
+    let s2 ← Dsl.red .sum "g" s1
+    Dsl.add x s2
+
 /-- A registered graph at its reference case, or one of the test graphs above. -/
 def testGraph? (name : String) : Option (Except GraphError Graph) :=
   match workloadByName? name with
@@ -322,6 +350,8 @@ def testGraph? (name : String) : Option (Except GraphError Graph) :=
     else if name == "centred_bias_matmul" then some centredBiasMatmulGraph
     else if name == "mixtral_moe_combine" then some mixtralMoeCombineGraph
     else if name == "bert_attention" then some bertAttentionGraph
+    else if name == "attention_out_proj" then some attentionOutProjGraph
+    else if name == "gqa_out_proj" then some gqaOutProjGraph
     else none
 
 /-- Python's fingerprints of the graphs beyond the golden derivation files, printed by
@@ -335,7 +365,9 @@ def modelFingerprints : List (String × Nat × UInt64 × Nat × Nat × UInt64) :
   ("llama3_rmsnorm_qkv", 352, 0xB3A63BED1F0129AA, 298, 171499, 0xF418567C0F5C35DD),
   ("centred_bias_matmul", 275, 0x5F4B50EBDF51B8B7, 93, 58818, 0xD893A72B4E455BF4),
   ("mixtral_moe_combine", 218, 0xB7CAAEE06D7766D5, 4, 1170, 0xFE28E04EA9EB11F5),
-  ("bert_attention", 415, 0x45AD6B7191174EA3, 1392, 1125705, 0x402778357AF8F6F1)]
+  ("bert_attention", 415, 0x45AD6B7191174EA3, 1392, 1125705, 0x402778357AF8F6F1),
+  ("attention_out_proj", 255, 0x30E5F9EF678D9FEB, 4, 1248, 0xA613FDDAE589C0C9),
+  ("gqa_out_proj", 285, 0xA291BD5E1C06D273, 6, 2272, 0x4579A793EF817FA1)]
 
 /-- Each graph of `modelFingerprints`: Lean builds the same graph bytes and enumerates the same
 derivations as Python (by fingerprint), and the step checker accepts every derivation. -/
@@ -386,7 +418,7 @@ def runDerive (dir : System.FilePath) : TestM Unit := do
     check "attention model-rule sites" ((Derive.distributeSites p).isEmpty &&
       (Derive.distributeBiasSites p).isEmpty && (Derive.commuteSites p).isEmpty &&
       (Derive.moveScaleSites p).isEmpty && (Derive.fuseElementwiseSites p).isEmpty &&
-      (Derive.fuseGemmChainSites p).isEmpty)
+      (Derive.fuseGemmChainSites p).isEmpty && (Derive.fuseContractionSites p).isEmpty)
     check "attention stream sites"
       (Derive.streamSites p == sites [[.node 0], [.node 2], [.node 4]])
     check "attention share and split sites"

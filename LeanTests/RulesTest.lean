@@ -121,6 +121,7 @@ example (a c w : Nat → Bool) (ks : List Nat) :
 #check @Superopt.fuse_rows_sound
 #check @Superopt.fuse_elementwise_sound
 #check @Superopt.fuse_gemm_chain_sound
+#check @Superopt.fuse_contraction_sound
 #check @Superopt.tile_parallel_sound
 #check @Superopt.stream_reduction_sound
 #check @Superopt.derive_sound

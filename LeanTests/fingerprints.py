@@ -49,6 +49,22 @@ def centred_bias_matmul(t: int = 64, d: int = 32, f: int = 16):
     return g.build()
 
 
+def gqa_out_proj(b: int = 1, g: int = 8, r: int = 4, t: int = 4096, e: int = 128,
+                 d: int = 4096):
+    """`X + Σ_g Σ_r Σ_e O[b, g, r, t, e] · W_o[g, r, e, d]`, the output projection over
+    grouped-query heads `[g, r]` (Lean: `gqaOutProjGraph`): fuse_contraction twice."""
+    gb = DagBuilder("gqa_out_proj", [("b", b), ("g", g), ("r", r), ("t", t), ("e", e),
+                                     ("d", d)])
+    o = gb.input("O", ["b", "g", "r", "t", "e"])
+    w = gb.input("W_o", ["g", "r", "e", "d"])
+    x = gb.input("X", ["b", "t", "d"])
+    m = gb.matmul(o, w, "e", "e")
+    s1 = gb.red("sum", "r", m)
+    s2 = gb.red("sum", "g", s1)
+    gb.output(gb.add(x, s2))
+    return gb.build()
+
+
 def graphs():
     """Name → graph, in the order of `modelFingerprints`."""
     out = {}
@@ -58,6 +74,8 @@ def graphs():
     out["centred_bias_matmul"] = centred_bias_matmul()
     out["mixtral_moe_combine"] = load_graph(f"{MODELS}/mixtral_moe_combine.py:mixtral_moe_combine")
     out["bert_attention"] = load_graph(f"{MODELS}/bert_attention.py:bert_attention")
+    out["attention_out_proj"] = load_graph(f"{MODELS}/attention_out_proj.py:attention_out_proj")
+    out["gqa_out_proj"] = gqa_out_proj()
     return out
 
 

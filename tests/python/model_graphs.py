@@ -20,6 +20,7 @@ MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 #: Keyword arguments of each model file's function (its file name): small, odd sizes. The
 #: sliding window (3 of 7 keys) leaves every later query row its first key tiles fully masked.
 MODEL_SIZES: dict[str, dict[str, int]] = {
+    "attention_out_proj": dict(b=1, h=3, t=5, e=3, d=7),
     "bert_attention": dict(b=2, h=3, t=5, d_h=3),
     "gelu_mlp_chain": dict(t=5, d=3, hidden=7),
     "gpt2_layernorm_mlp": dict(t=5, d=3, hidden=7),

@@ -4,7 +4,7 @@ import Superopt.Wire.Messages
 /-!
 # The rewrite rules: sites and applications
 
-The seventeen rules of the derivation engine as executable code: where each applies on a plan and
+The eighteen rules of the derivation engine as executable code: where each applies on a plan and
 what it rewrites the plan into (the proofs are in `Superopt.Proofs`, the search in
 `Superopt.Derive.Enumerator`).
 
@@ -13,7 +13,7 @@ what it rewrites the plan into (the proofs are in `Superopt.Proofs`, the search 
 * `Superopt.Derive.rewriteGraph`, `Superopt.Derive.deadCodeEliminate`: graph rewriting with the
   canonical renumbering (inputs first, then the post-order of a depth-first walk from the output
   visiting arguments left to right).
-* `Superopt.Derive.Rule` and the seventeen rules (`stabilizeSoftmax` … `streamReduction`), each with
+* `Superopt.Derive.Rule` and the eighteen rules (`stabilizeSoftmax` … `streamReduction`), each with
   `sites : Plan → Array Site` (in Python's order) and `applyFn : Plan → Site → Option Plan`;
   `Rule.apply` checks the site first (Python: `Rule.apply`).
 * `Superopt.Derive.rules` (Python's `RULES` order), `Superopt.Derive.searchRules`
@@ -1096,6 +1096,101 @@ def fuseGemmChainApply (p : Plan) (site : Site) : Option Plan :=
     some (merge p c [pk])
   | _ => none
 
+/-- The walk of `contractionChain` from node `n` down to kernel `k`'s matmul, `above` the
+links already walked (the nearest first): through sums, each link owned by `k`, no graph
+output and read by the node above it alone; `none` if it ends anywhere but a matmul of `k`
+(`fuel` bounds the length: the node count suffices, arguments name earlier nodes). -/
+def contractionWalk (p : Plan) (k : Nat) :
+    Nat → NodeId → List NodeId → Option (List NodeId)
+  | 0, _, _ => none
+  | fuel + 1, n, above =>
+    match p.node n with
+    | .reduce .sum _ below =>
+      if p.owner below != some k || p.graph.outputs.contains below ||
+          p.consumers below != [n] then none
+      else contractionWalk p k fuel below (n :: above)
+    | .matmul _ _ _ _ => if p.owner n == some k then some (n :: above) else none
+    | _ => none
+
+/-- Kernel `k`'s node `top` as `Σ_{h_j} … Σ_{h_1} (A @_e B)`, computed in `k`: the chain
+`[matmul, sum over h_1, …, top]`, every `h_i` an axis both operands of the matmul carry and
+each link read only by the next; `none` otherwise (Python: `contraction_chain`). -/
+def contractionChain (p : Plan) (k : Nat) (top : NodeId) : Option (List NodeId) :=
+  match contractionWalk p k (p.graph.nodes.size + 1) top [] with
+  | some (mm :: sums) =>
+    match p.node mm with
+    | .matmul a b _ _ =>
+      let carried : Bool := sums.all fun n => match p.node n with
+        | .reduce _ ax _ => (p.axesOf a).contains ax && (p.axesOf b).contains ax
+        | _ => false
+      if carried then some (mm :: sums) else none
+    | _ => none
+  | _ => none
+
+/-- Whether kernels `p` and `c` form a contraction over several axes, neither scheduled yet
+(Python: `_contraction_pair`): `c`'s one reduction (reduce or matmul) is a sum over an axis
+`h` of a node `top` of `p`, `p`'s only output, no graph output and read by the sum alone (the
+per-head products stay private to the sum); `top` is a matmul or sums of one
+(`contractionChain`), that chain holds every reduction of `p`, and both operands of its
+matmul carry `h`. -/
+def contractionPair (p : Plan) (pk c : Nat) : Bool := Id.run do
+  let kp := p.kernel pk
+  let kc := p.kernel c
+  if kp.online || kc.online || !kp.grid.isEmpty || !kc.grid.isEmpty || kp.stream.isSome ||
+      kc.stream.isSome then
+    return false
+  let isRed : NodeId → Bool := fun n => match p.node n with
+    | .reduce _ _ _ => true
+    | .matmul _ _ _ _ => true
+    | _ => false
+  match kc.nodes.toList.filter isRed with
+  | [rn] =>
+    match p.node rn with
+    | .reduce .sum h top =>
+      if p.owner top != some pk || p.outputs pk != #[top] then return false
+      -- the per-head products stay private to the sum
+      if p.graph.outputs.contains top || p.consumers top != [rn] then return false
+      match contractionChain p pk top with
+      | some (mm :: rest) =>
+        if kp.nodes.any (fun n => !(mm :: rest).contains n && isRed n) then return false
+        match p.node mm with
+        | .matmul a b _ _ => return (p.axesOf a).contains h && (p.axesOf b).contains h
+        | _ => return false
+      | _ => return false
+    | _ => return false
+  | _ => return false
+
+/-- Sites of `fuse_contraction`: `[p, c]` for a producer `p` of kernel `c` (ascending) such
+that `c` sums (with its epilogue) over an axis `h` that both operands of `p`'s matmul carry,
+`p` computing that matmul or an earlier such sum of it (`contractionChain`), read only by
+`c`'s sum, and writing nothing else: `Σ_h Σ_e O[.., h, .., e] · W[h, e, ..]`, a multi-head
+output projection written per head (`Σ_g Σ_r` over grouped-query heads `[g, r]`, one site
+each), in a valid position (`epiloguePosition`; Python: `fuse_contraction_sites`). -/
+def fuseContractionSites (p : Plan) : Array Site := Id.run do
+  let mut out : Array Site := #[]
+  for c in [0:p.kernels.size] do
+    let producers := sortNats ((p.externalArgs c).toList.filterMap fun a => p.owner a)
+    for pk in producers do
+      if contractionPair p pk c && (epiloguePosition p pk c).isSome then
+        out := out.push [siteN pk, siteN c]
+  return out
+
+/-- A sum over a batch axis `h` of a matmul over `e` (or of such a sum) joins it, at site
+`[p, c]`: one kernel contracting `(…, h, e)`, at `p`'s position if `c`'s other inputs are
+ready by then, else at `c`'s; completion streams the last summed axis (the GEMM walks `e`
+inside each head), so the per-head products never leave the chip (Python:
+`fuse_contraction`). -/
+def fuseContractionApply (p : Plan) (site : Site) : Option Plan :=
+  match site with
+  | [e0, e1] => do
+    let pk ← siteNat? e0
+    let c ← siteNat? e1
+    if epiloguePosition p pk c == some pk then
+      some (merge p pk [c])
+    else
+      some (merge p c [pk])
+  | _ => none
+
 /-- The axes `tile_parallel` may tile: the last two of the kernel's domain, leaving out the
 axis a row-fused kernel streams inside each row (Python: `tileable_axes`). -/
 def tileableAxes (p : Plan) (k : Nat) : List Axis :=
@@ -1255,6 +1350,11 @@ def fuseGemmChain : Rule :=
   { id := "fuse_gemm_chain", theoremName := "Superopt.fuse_gemm_chain_sound",
     sites := fuseGemmChainSites, applyFn := fuseGemmChainApply, algebraic := false }
 
+/-- `fuse_contraction`. -/
+def fuseContraction : Rule :=
+  { id := "fuse_contraction", theoremName := "Superopt.fuse_contraction_sound",
+    sites := fuseContractionSites, applyFn := fuseContractionApply, algebraic := false }
+
 /-- `tile_parallel`. -/
 def tileParallel : Rule :=
   { id := "tile_parallel", theoremName := "Superopt.tile_parallel_sound",
@@ -1269,15 +1369,15 @@ def streamReduction : Rule :=
 def rules : List Rule :=
   [stabilizeSoftmax, factorRowScale, expToExp2, distributeMatmul, distributeBias,
     commuteRowScale, moveContractedScale, onlineSoftmax, shareOperandLoad, fusePrologue,
-    fuseEpilogue, splitKernel, fuseRows, fuseElementwise, fuseGemmChain, tileParallel,
-    streamReduction]
+    fuseEpilogue, splitKernel, fuseRows, fuseElementwise, fuseGemmChain, fuseContraction,
+    tileParallel, streamReduction]
 
 /-- The rules the enumerator branches over, in this order (Python's `SEARCH_RULES`; tiling and
 streaming come from `complete`). -/
 def searchRules : List Rule :=
   [stabilizeSoftmax, factorRowScale, expToExp2, distributeMatmul, distributeBias,
     commuteRowScale, moveContractedScale, onlineSoftmax, shareOperandLoad, fusePrologue,
-    fuseEpilogue, splitKernel, fuseRows, fuseElementwise, fuseGemmChain]
+    fuseEpilogue, splitKernel, fuseRows, fuseElementwise, fuseGemmChain, fuseContraction]
 
 /-- The rule with this id. -/
 def ruleById? (id : String) : Option Rule := rules.find? (·.id == id)

@@ -26,7 +26,8 @@ program it rewrites, in exact arithmetic: every statement is over an arbitrary `
 | `fuse_prologue`      | `fuse_prologue_sound`      | (`denote_matmul`, `denote_binary`)         |
 | `fuse_epilogue`      | `fuse_epilogue_sound`      | `fuse_epilogue`, `fuse_epilogue_binary`    |
 | `split_kernel`       | `split_kernel_sound`       | `materialize_read`, `split_kernel`         |
-| `fuse_rows`, `fuse_elementwise`, `fuse_gemm_chain` | `<rule>_sound` | (the plan semantics) |
+| `fuse_rows`, `fuse_elementwise`, `fuse_gemm_chain`, | `<rule>_sound` | (the plan semantics) |
+| `fuse_contraction`   |                            |                                            |
 | `tile_parallel`      | `tile_parallel_sound`      | `tile_parallel`, `tile_parallel_div`       |
 | `stream_reduction`   | `stream_reduction_sound`   | `stream_reduction_sum`, `streamSum_eq`,    |
 |                      |                            | `stream_reduction_max`                     |

@@ -142,10 +142,11 @@ everything else from memory — computes every one of its nodes' denotation, whi
 elementwise producers it computes on its loaded tiles.
 
 This is `kernelVal_eq` restated under the rule's name, as are `fuse_epilogue_sound`,
-`fuse_rows_sound`, `fuse_elementwise_sound` and `fuse_gemm_chain_sound`: the plan semantics
-has no separate notion of a prologue, an epilogue, a row-fused or a chain kernel, so a fusion
-step is sound because the kernel it makes passes `kernelOk`, which `planWF` checks; the
-content is `PlanSem.planWF_sound`, not a per-rule fact. -/
+`fuse_rows_sound`, `fuse_elementwise_sound`, `fuse_gemm_chain_sound` and
+`fuse_contraction_sound`: the plan semantics has no separate notion of a prologue, an
+epilogue, a row-fused, a chain or a contraction kernel, so a fusion step is sound because the
+kernel it makes passes `kernelOk`, which `planWF` checks; the content is
+`PlanSem.planWF_sound`, not a per-rule fact. -/
 theorem fuse_prologue_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
@@ -208,6 +209,22 @@ streamed sum reads, so the intermediate never leaves the kernel. It passes `kern
 every node it computes — the second contraction included — has its denotation
 (`kernelVal_eq` restated; see `fuse_prologue_sound`). -/
 theorem fuse_gemm_chain_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
+    {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
+    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
+    (hK : kernelOk g ran K = true) :
+    ∀ (fuel i : Nat) (idx : Index), i < fuel → K.has i = true →
+      kernelVal g T K env mem fuel i idx = denote g env i idx :=
+  kernelVal_eq hmem hK
+
+/-- **`fuse_contraction`.** A contraction kernel streaming the batch axis `h` of a sum over
+`h` of a matmul over `e` (`Σ_h Σ_e O[.., h, .., e] · W[h, e, ..]`, a multi-head output
+projection), or of a sum over `h` of sums of such a matmul over further head axes (`Σ_g Σ_r`
+over grouped-query heads, one step per sum): the matmul (over `e`, not streamed) and the inner
+sums are computed inline for every `h` position the streamed sum over `h` reads, so the
+per-head products are never written. It passes `kernelOk`, so every node it computes — the
+sum over `h` included — has its denotation (`kernelVal_eq` restated; see
+`fuse_prologue_sound`). -/
+theorem fuse_contraction_sound {g : Graph} {T : Axis → Nat} {K : Kernel}
     {env : String → Index → α} {ran : List Kernel} {mem : Mem α}
     (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)
     (hK : kernelOk g ran K = true) :

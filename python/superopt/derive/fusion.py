@@ -238,6 +238,77 @@ def fuse_gemm_chain(plan: Plan, site: Site) -> Plan:
     return merge_kernels(plan, c, [p])
 
 
+def contraction_chain(plan: Plan, k: int, top: NodeId) -> tuple[NodeId, ...] | None:
+    """Kernel ``k``'s node ``top`` as ``Σ_{h_j} … Σ_{h_1} (A @_e B)``, computed in ``k``: the
+    chain ``(matmul, sum over h_1, …, top)``, every ``h_i`` an axis both operands carry and
+    each link read only by the next; ``None`` otherwise."""
+    g = plan.graph
+    chain = [top]
+    while g.nodes[chain[0]].op == "reduce":
+        node = g.nodes[chain[0]]
+        (below,) = node.args
+        if node.fn != "sum" or plan.owner(below) != k or below in g.outputs or \
+                g.consumers(below) != [chain[0]]:
+            return None
+        chain.insert(0, below)
+    mm = g.nodes[chain[0]]
+    if mm.op != "matmul" or plan.owner(chain[0]) != k:
+        return None
+    a, b = (g.nodes[x].axes for x in mm.args)
+    if any(g.nodes[n].axis not in a or g.nodes[n].axis not in b for n in chain[1:]):
+        return None
+    return tuple(chain)
+
+
+def _contraction_pair(plan: Plan, p: int, c: int) -> bool:
+    """Whether kernels ``p`` and ``c`` form a contraction over several axes
+    (:func:`fuse_contraction_sites`)."""
+    g = plan.graph
+    kp, kc = plan.kernels[p], plan.kernels[c]
+    if kp.online or kc.online or kp.grid or kc.grid or kp.stream or kc.stream:
+        return False
+    reds = [n for n in kc.nodes if g.nodes[n].op in ("reduce", "matmul")]
+    if len(reds) != 1 or g.nodes[reds[0]].op != "reduce" or g.nodes[reds[0]].fn != "sum":
+        return False
+    (top,) = g.nodes[reds[0]].args
+    if plan.owner(top) != p or plan.outputs(p) != (top,) or top in g.outputs or \
+            g.consumers(top) != [reds[0]]:
+        return False  # the per-head products stay private to the sum
+    chain = contraction_chain(plan, p, top)
+    if chain is None or any(g.nodes[n].op in ("reduce", "matmul") for n in kp.nodes
+                            if n not in chain):
+        return False
+    a, b = (g.nodes[x].axes for x in g.nodes[chain[0]].args)
+    h = g.nodes[reds[0]].axis
+    return h in a and h in b
+
+
+def fuse_contraction_sites(plan: Plan) -> list[Site]:
+    """Sites ``(p, c)``: kernel ``c`` sums (with its epilogue) over an axis ``h`` that both
+    operands of kernel ``p``'s matmul carry, ``p`` computing that matmul or an earlier such
+    sum of it (:func:`contraction_chain`), read only by ``c``'s sum, and writing nothing
+    else: ``Σ_h Σ_e O[.., h, .., e] · W[h, e, ..]``, a multi-head output projection
+    written per head (``Σ_g Σ_r`` over grouped-query heads ``[g, r]``, one site each), in a
+    valid position (:func:`epilogue_position`)."""
+    out = []
+    for c in range(len(plan.kernels)):
+        for p in sorted({plan.owner(a) for a in plan.external_args(c)
+                         if plan.owner(a) is not None}):
+            if _contraction_pair(plan, p, c) and epilogue_position(plan, p, c) is not None:
+                out.append((p, c))
+    return out
+
+
+def fuse_contraction(plan: Plan, site: Site) -> Plan:
+    """A sum over a batch axis ``h`` of a matmul over ``e`` (or of such a sum) joins it: one
+    kernel contracting ``(…, h, e)``, whose per-head products never leave the chip;
+    completion streams the last summed axis (the GEMM walks ``e`` inside each head)."""
+    p, c = site
+    if epilogue_position(plan, p, c) == p:
+        return merge_kernels(plan, p, [c])
+    return merge_kernels(plan, c, [p])
+
+
 def _anchors(plan: Plan, k: int) -> list[NodeId]:
     """The reduction nodes (reduce, matmul) of kernel ``k`` over its reduction axis."""
     g = plan.graph

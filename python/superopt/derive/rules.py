@@ -47,6 +47,10 @@ Schedule rules change the kernels, never the graph:
 * ``fuse_gemm_chain`` — site ``(p, c)``: back-to-back GEMMs; ``p`` (a matmul over ``k`` and
   its epilogue, read only by ``c``) joins ``c`` (a matmul contracting ``p``'s axis ``h``);
   completion streams ``h`` and the intermediate never leaves the chip.
+* ``fuse_contraction`` — site ``(p, c)``: ``c`` sums over an axis ``h`` that both operands of
+  ``p``'s matmul (over ``e``) carry, its only reader: one kernel contracting ``(h, e)``
+  (``Σ_h O[b, h, t, e] · W[h, e, d]``, a multi-head output projection); completion streams
+  ``h`` and the per-head products never leave the chip.
 * ``split_kernel`` — site ``(k, n)``: a per-row reduction ``n`` of kernel ``k`` and the
   per-row chain after it move to their own kernel and are materialised (FlashNorm's
   two-kernel form).
@@ -78,10 +82,11 @@ from .algebra import (commute_row_scale_rewrite, commute_row_scale_sites, distri
                       exp_to_exp2_sites, factor_row_scale_rewrite, factor_row_scale_sites,
                       move_contracted_scale_rewrite, move_contracted_scale_sites,
                       stabilize_softmax_rewrite, stabilize_softmax_sites)
-from .fusion import (fuse_elementwise, fuse_elementwise_sites, fuse_epilogue, fuse_epilogue_sites,
-                     fuse_gemm_chain, fuse_gemm_chain_sites, fuse_prologue, fuse_prologue_sites,
-                     fuse_rows, fuse_rows_sites, share_operand_load, share_operand_load_sites,
-                     split_kernel, split_kernel_sites)
+from .fusion import (fuse_contraction, fuse_contraction_sites, fuse_elementwise,
+                     fuse_elementwise_sites, fuse_epilogue, fuse_epilogue_sites, fuse_gemm_chain,
+                     fuse_gemm_chain_sites, fuse_prologue, fuse_prologue_sites, fuse_rows,
+                     fuse_rows_sites, share_operand_load, share_operand_load_sites, split_kernel,
+                     split_kernel_sites)
 from .online import online_softmax, online_softmax_sites
 from .plan import Plan, initial_plan
 from .rewrite import RewriteWitness
@@ -159,6 +164,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          fuse_elementwise_sites, fuse_elementwise, False),
     Rule("fuse_gemm_chain", "Superopt.fuse_gemm_chain_sound",
          fuse_gemm_chain_sites, fuse_gemm_chain, False),
+    Rule("fuse_contraction", "Superopt.fuse_contraction_sound",
+         fuse_contraction_sites, fuse_contraction, False),
     Rule("tile_parallel", "Superopt.tile_parallel_sound", tile_parallel_sites, tile_parallel,
          False),
     Rule("stream_reduction", "Superopt.stream_reduction_sound",
@@ -169,7 +176,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
 SEARCH_RULES = ("stabilize_softmax", "factor_row_scale", "exp_to_exp2", "distribute_matmul",
                 "distribute_bias", "commute_row_scale", "move_contracted_scale", "online_softmax",
                 "share_operand_load", "fuse_prologue", "fuse_epilogue", "split_kernel",
-                "fuse_rows", "fuse_elementwise", "fuse_gemm_chain")
+                "fuse_rows", "fuse_elementwise", "fuse_gemm_chain", "fuse_contraction")
 
 
 def get_rule(rule_id: str) -> Rule:

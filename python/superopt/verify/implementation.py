@@ -186,6 +186,20 @@ def _small_graphs() -> dict[str, Graph]:
         s = b.red("sum", "k", b.mul(y, gate))
         return b.add(b.add(b.input("X", ["m", "n"]), s), b.input("c", ["n"]))
 
+    def attention_out_proj(b: DagBuilder):  # examples/models/attention_out_proj.py: per head
+        o, w = b.input("O", ["b", "h", "t", "e"]), b.input("W_o", ["h", "e", "d"])
+        return b.add(b.input("X", ["b", "t", "d"]), b.red("sum", "h", b.matmul(o, w, "e", "e")))
+
+    def contraction_residual(b: DagBuilder):  # the same, its residual computed after the sum
+        o, w = b.input("O", ["h", "t", "e"]), b.input("W_o", ["h", "e", "d"])
+        s = b.red("sum", "h", b.matmul(o, w, "e", "e"))
+        return b.add(b.neg(b.input("X", ["t", "d"])), s)
+
+    def gqa_contraction(b: DagBuilder):  # grouped-query heads [g, r]: Σ_g Σ_r, two sites
+        o, w = b.input("O", ["b", "g", "r", "t", "e"]), b.input("W_o", ["g", "r", "e", "d"])
+        s = b.red("sum", "g", b.red("sum", "r", b.matmul(o, w, "e", "e")))
+        return b.add(b.input("X", ["b", "t", "d"]), s)
+
     small = [("m", 2), ("d", 3), ("n", 2)]
     g["residual"] = _graph("residual", small, residual)
     g["combine"] = _graph("combine", [("m", 2), ("k", 3), ("n", 2)], combine)
@@ -196,6 +210,13 @@ def _small_graphs() -> dict[str, Graph]:
     g["gemm_chain"] = _graph("gemm_chain", [("m", 2), ("d", 2), ("f", 3), ("n", 2)], gemm_chain)
     g["elementwise_chain"] = _graph("elementwise_chain", [("m", 2), ("d", 2), ("n", 3)],
                                     elementwise_chain)
+    g["attention_out_proj"] = _graph("attention_out_proj", [("b", 2), ("h", 3), ("t", 2),
+                                                            ("e", 2), ("d", 2)],
+                                     attention_out_proj)
+    g["contraction_residual"] = _graph("contraction_residual", [("h", 3), ("t", 2), ("e", 2),
+                                                                ("d", 2)], contraction_residual)
+    g["gqa_contraction"] = _graph("gqa_contraction", [("b", 1), ("g", 2), ("r", 2), ("t", 2),
+                                                      ("e", 2), ("d", 2)], gqa_contraction)
     return g
 
 

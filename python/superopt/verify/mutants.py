@@ -311,6 +311,13 @@ def _m_chain(plan: Plan, site: tuple) -> Plan:
     return merge_kernels(plan, p, [c])
 
 
+def _m_contraction(plan: Plan, site: tuple) -> Plan:
+    """The merged kernel is launched where the per-head matmul was, before a kernel that
+    computes the operand of the sum's epilogue."""
+    p, c = site
+    return merge_kernels(plan, p, [c])
+
+
 # -- wrong tilings (passed to the interpreter as its ``tiling``) ---------------------------
 
 def _skip_last(size: int, tile: int):
@@ -388,6 +395,15 @@ IMPL_MUTANTS: dict[str, list[ImplMutant]] = {
     "fuse_gemm_chain": [_mutant("fuse_gemm_chain", "the chain kernel is launched where the first "
                                 "GEMM was, before the kernel computing the second weight",
                                 _m_chain, graph_names=["gemm_chain"])],
+    "fuse_contraction": [
+        _mutant("fuse_contraction", "the merged kernel is launched where the per-head matmul "
+                "was, before the kernel computing the residual its epilogue adds",
+                _m_contraction, graph_names=["contraction_residual"]),
+        # the streamed h (size 3) in tiles of 2 has an edge tile; every other axis fits in
+        # one full tile: only the merged kernel's loop over the heads loses its last head
+        _mutant("fuse_contraction", "the merged kernel's loop over the heads drops its edge "
+                "tile", graph_names=["attention_out_proj"], tiling=_drop_edge_tile,
+                tile_sizes=({"b": 2, "h": 2, "t": 2, "e": 2, "d": 2},))],
     # grid axes m, n in tiles of 1 (several tiles), the streamed d in one tile: only the grid
     # enumeration is affected by the skipped last tile
     "tile_parallel": [_mutant("tile_parallel", "the last grid tile is skipped",

@@ -1,13 +1,15 @@
 """The statements of the rules for what models contain: a LayerNorm or RMSNorm folded into the
 GEMM that reads it (``distribute_matmul``, ``distribute_bias``, ``commute_row_scale``,
-``move_contracted_scale``), elementwise chains fused in one step (``fuse_elementwise``) and
-back-to-back GEMMs (``fuse_gemm_chain``).
+``move_contracted_scale``), elementwise chains fused in one step (``fuse_elementwise``),
+back-to-back GEMMs (``fuse_gemm_chain``) and a matmul summed over a batch axis of both
+operands, a per-head output projection (``fuse_contraction``; also a chain of such sums,
+grouped-query heads).
 
 Each builder returns the bounded instances of the identity its Lean theorem states, with
 symbolic entries, as :mod:`superopt.verify.statements` does for the first rules;
 :data:`MODEL_STATEMENTS` joins its table there.
 
-Owns: these six statements and their bounds. Imports sympy (a test extra), the laws and the
+Owns: these seven statements and their bounds. Imports sympy (a test extra), the laws and the
 statement record only.
 """
 
@@ -153,6 +155,51 @@ def _chain(mutant: bool) -> list[Obligation]:
     return obs
 
 
+def _contraction(mutant: bool) -> list[Obligation]:
+    """``fuse_contraction_sound``: the merged kernel streams the summed axis ``h``; per ``h``
+    tile it computes ``P[h] = Σ_e O[i, h, e] · W[h, e]`` over all of ``e`` on chip and
+    accumulates it, then applies the epilogue ``G`` (the residual add) to the final
+    accumulator: the result is ``G(Σ_h P[h])``, the per-head products materialised and
+    summed.
+
+    The chain (a producer already holding ``Σ_r``, grouped-query heads ``[g, r]``): the kernel
+    streams the last summed axis ``g``; per ``g`` tile, for each ``g`` of it, the inner sum
+    ``Q[g] = Σ_r Σ_e O[i, g, r, e] · W[g, r, e]`` is computed inline and accumulated; the
+    result is ``G(Σ_g Σ_r P[g, r])``, the products and the sum over ``r`` materialised."""
+    obs = []
+    G = sp.Function("G")
+    for N, H, E in itertools.product(range(1, 3), range(1, 4), range(1, 3)):
+        O, W = real_symbols("O", (N, H, E)), real_symbols("W", (H, E))
+        P = [[sum_list(O[i, h, e] * W[h, e] for e in range(E)) for h in range(H)]
+             for i in range(N)]  # the materialised per-head products
+        for t in range(1, H + 1):
+            for i in range(N):
+                acc = sp.Integer(0)
+                for lo, hi in tiles(H, t):
+                    for h in range(lo, hi):
+                        # the mutant reads the tile's first head's weight for every head
+                        hw = lo if mutant else h
+                        acc = acc + sum_list(O[i, h, e] * W[hw, e] for e in range(E))
+                obs.append(Obligation(f"N={N}, H={H}, E={E}, h tiles of {t}, i={i}", G(acc),
+                                      G(sum_list(P[i][h] for h in range(H)))))
+    # the chain Σ_g Σ_r: one row (rows are independent, as above)
+    for NG, R, E in itertools.product(range(1, 4), range(1, 3), range(1, 3)):
+        O, W = real_symbols("O", (NG, R, E)), real_symbols("W", (NG, R, E))
+        P = [[sum_list(O[g, r, e] * W[g, r, e] for e in range(E)) for r in range(R)]
+             for g in range(NG)]  # the materialised products, then the materialised Σ_r
+        Q = [sum_list(P[g][r] for r in range(R)) for g in range(NG)]
+        for t in range(1, NG + 1):
+            acc = sp.Integer(0)
+            for lo, hi in tiles(NG, t):
+                for g in range(lo, hi):
+                    gw = lo if mutant else g  # the mutant, as above, per g tile
+                    acc = acc + sum_list(sum_list(O[g, r, e] * W[gw, r, e] for e in range(E))
+                                         for r in range(R))
+            obs.append(Obligation(f"chain Σ_g Σ_r: n_g={NG}, n_r={R}, E={E}, g tiles of {t}",
+                                  G(acc), G(sum_list(Q[g] for g in range(NG)))))
+    return obs
+
+
 _KERNEL_VAL = (
     "    (hmem : ∀ j, doneB g ran j = true → ∀ ix, mem j ix = denote g env j ix)\n"
     "    (hK : kernelOk g ran K = true) :\n"
@@ -214,4 +261,15 @@ MODEL_STATEMENTS: tuple[Statement, ...] = (
         "acc += P·W2; the result is Σ_f G(Σ_d X W1) W2, the two GEMMs'",
         "N ∈ 1..2 rows, D ∈ 1..2, F ∈ 1..3, f tiles of 1..F, free G",
         _chain, "every f tile reuses the first tile's intermediate"),
+    Statement(
+        "fuse_contraction",
+        "theorem fuse_contraction_sound\n" + _KERNEL_VAL,
+        "streaming the summed axis h: per h tile, P = Σ_e O·W on chip for each head of the "
+        "tile, acc += P; then the epilogue G; the result is G(Σ_h Σ_e O[h, e] W[h, e]), the "
+        "per-head products materialised and summed; a chain Σ_g Σ_r streams g, Σ_r inline: "
+        "G(Σ_g Σ_r Σ_e O[g, r, e] W[g, r, e])",
+        "N ∈ 1..2 rows, H ∈ 1..3 heads, E ∈ 1..2, h tiles of 1..H, free epilogue G; the chain "
+        "Σ_g Σ_r (g streamed, Σ_r inline): n_g ∈ 1..3 groups, n_r ∈ 1..2 heads a group, E ∈ 1..2, "
+        "g tiles of 1..n_g",
+        _contraction, "every head of an h tile reads the tile's first head's weight"),
 )
