@@ -892,3 +892,50 @@ def test_split_k_prologue_plan(iso, tmp_path, dtype):
     g, plan = _graph_plan("split_prologue", [("m", 16), ("d", 1000), ("n", 512)], body,
                           [((4, 5, 6), ("m", "n"), "d")])
     check_module_case(iso, tmp_path, g, plan, dtype, _split("auto"))
+
+
+# =========================================================================================
+# contraction over two axes: Σ_h Σ_e O[b, h, t, e] · W[h, e, d] as one GEMM (K = h · e)
+# =========================================================================================
+
+_PROJ = (("b", 2), ("h", 4), ("t", 200), ("e", 64), ("d", 256))
+_DECODE_PROJ = (("b", 1), ("h", 8), ("t", 8), ("e", 128), ("d", 256))
+
+
+@pytest.mark.parametrize("a_axes,sizes,pick", [
+    (("b", "h", "t", "e"), _PROJ, lambda c: c["k0.schedule"] == "auto"),
+    (("b", "h", "t", "e"), _PROJ, lambda c: c["k0.schedule"] == "ws"),
+    (("b", "h", "t", "e"), _DECODE_PROJ, lambda c: c["k0.splits"] > 1),
+    (("b", "t", "h", "e"), _PROJ, lambda c: True),
+], ids=["heads-first-auto", "heads-first-ws", "heads-first-split", "k-contiguous"])
+def test_contraction_plan(iso, tmp_path, a_axes, sizes, pick):
+    """A multi-head output projection written per head, with its residual
+    (``fuse_contraction``): the heads-first A read per head (a 4-D TMA box on "ws"), split
+    along K across heads at decode size, and the [b, t, h, e] layout as one contiguous K;
+    ragged t."""
+    from superopt.derive import derive_all
+
+    b = DagBuilder("contraction", list(sizes))
+    o, w = b.input("O", list(a_axes)), b.input("W_o", ["h", "e", "d"])
+    b.output(b.add(b.input("X", ["b", "t", "d"]), b.red("sum", "h", b.matmul(o, w, "e", "e"))))
+    g = b.build()
+    plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", pick)
+
+
+@pytest.mark.parametrize("t", [200, 1], ids=["prefill", "decode"])
+def test_grouped_query_contraction_plan(iso, tmp_path, t):
+    """Σ_g Σ_r O[b, g, r, t, e] · W[g, r, e, d] plus the residual: two fuse_contraction steps,
+    one GEMM with K = g · r · e read per (g, r) head, or at t = 1 folded into one GEMM of b
+    rows (B read once)."""
+    from superopt.derive import derive_all
+
+    b = DagBuilder("gqa_contraction", [("b", 3), ("g", 2), ("r", 2), ("t", t), ("e", 64),
+                                       ("d", 192)])
+    o, w = b.input("O", ["b", "g", "r", "t", "e"]), b.input("W_o", ["g", "r", "e", "d"])
+    per_head = b.matmul(o, w, "e", "e")
+    b.output(b.add(b.input("X", ["b", "t", "d"]),
+                   b.red("sum", "g", b.red("sum", "r", per_head))))
+    g = b.build()
+    plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)

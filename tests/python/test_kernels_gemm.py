@@ -31,10 +31,10 @@ from superopt.lower.kernels.gemm_chain_spec import GemmChainSpec, chain_smem_byt
 from superopt.lower.kernels.gemm_grid import open_kernel, plan_grid
 from superopt.lower.kernels.gemm_space import gemm_config_space, gemm_cost_clk
 from superopt.lower.kernels.gemm_ws_schedule import producer_regs
+from superopt.lower.kernels.gemm_resources import (gemm_accum_registers, gemm_block_threads,
+                                                   gemm_register_cap, gemm_smem_bytes)
 from superopt.lower.kernels.gemm_spec import (SMEM_LIMIT_BYTES, GemmConfig, GemmSpec,
-                                              check_config, check_spec, gemm_accum_registers,
-                                              gemm_block_threads, gemm_register_cap,
-                                              gemm_smem_bytes)
+                                              check_config, check_spec)
 from superopt.lower.match import match_kernel, match_plan
 from superopt.lower.matchers.gemm import position_index
 from superopt.lower.module import module_source

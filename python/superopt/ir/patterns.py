@@ -2,9 +2,11 @@
 
 A vendor library implements some structures directly: a plain GEMM (cuBLAS, quack),
 attention (SDPA, FlashAttention), RMSNorm rows (quack, optionally after a residual add and
-before a GEMM), softmax rows (quack), the SwiGLU gate/up GEMM pair (quack's gated GEMM).
-:func:`gemm_pattern`, :func:`attention_pattern`, :func:`rmsnorm_pattern`,
-:func:`softmax_pattern` and :func:`swiglu_pattern` say whether a graph *is* such a
+before a GEMM), softmax rows (quack), the SwiGLU gate/up GEMM pair (quack's gated GEMM), a
+contraction over two axes (cuBLAS once they are merged into one K, as a model's
+``transpose(1, 2).reshape`` does). :func:`gemm_pattern`, :func:`attention_pattern`,
+:func:`rmsnorm_pattern`, :func:`softmax_pattern`, :func:`swiglu_pattern` and
+:func:`contraction_pattern` say whether a graph *is* such a
 structure and how its tensors map onto the library's layout, so that the peers
 (:mod:`superopt.run.peers`) include the vendor path for any graph that has it.
 
@@ -519,3 +521,75 @@ def swiglu_pattern(graph: Graph) -> SwigluPattern | None:
             ga.axis != ua.axis or graph.nodes[gp.b].axes != graph.nodes[up_p.b].axes:
         return None
     return SwigluPattern(gp, up_p, tuple(axes.index(a) for a in graph.nodes[o].axes))
+
+
+@dataclass(frozen=True)
+class ContractionPattern:
+    """The graph is ``O = [X +] Σ_H (A @_e B)`` over inputs A and B that both carry the summed
+    axes ``H`` (a chain of sums: ``h``, or ``g`` then ``r`` for grouped-query heads): a
+    multi-head output projection written per head, with or without its residual ``X`` (an
+    input of the output's axes); one GEMM once ``(H, e)`` is one axis. ``a_perm`` permutes A
+    to ``[batch..., rows..., H..., e]`` (``batch``: the other axes both carry; ``rows``: A's
+    own axes, flattened into the GEMM's M); ``b_perm`` permutes B to ``[batch..., H..., e,
+    n]`` (``n``: B's one own axis), or to ``[batch..., n, H..., e]`` when that is B's own
+    order (``b_nk``: read transposed, no copy, as ``F.linear`` reads a weight); ``out_perm``
+    permutes ``[batch..., rows..., n]`` to the output's axes."""
+
+    a: NodeId
+    b: NodeId
+    residual: NodeId | None
+    a_perm: tuple[int, ...]
+    b_perm: tuple[int, ...]
+    b_nk: bool
+    batch: tuple[int, ...]
+    rows: tuple[int, ...]
+    k: int
+    n: int
+    out_perm: tuple[int, ...]
+
+
+def contraction_pattern(graph: Graph) -> ContractionPattern | None:
+    """The :class:`ContractionPattern` of ``graph``, or ``None``."""
+    if len(graph.outputs) != 1:
+        return None
+    o = graph.outputs[0]
+    on = graph.nodes[o]
+    residual, top = None, o
+    if on.op == "add":
+        for r, x in ((on.args[0], on.args[1]), (on.args[1], on.args[0])):
+            if graph.nodes[x].op == "input" and graph.nodes[x].axes == on.axes and \
+                    graph.nodes[r].op == "reduce" and graph.nodes[r].axes == on.axes:
+                residual, top = x, r
+                break
+    chain = [top]
+    while graph.nodes[chain[0]].op == "reduce" and graph.nodes[chain[0]].fn == "sum":
+        chain.insert(0, graph.nodes[chain[0]].args[0])
+    mm = graph.nodes[chain[0]]
+    computed = len(chain) + (residual is not None)
+    if len(chain) < 2 or mm.op != "matmul" or mm.axis != mm.axis_b or \
+            len(_computed(graph)) != computed:
+        return None
+    a, b = mm.args
+    if a == b or graph.nodes[a].op != "input" or graph.nodes[b].op != "input":
+        return None
+    ax_a, ax_b = graph.nodes[a].axes, graph.nodes[b].axes
+    summed = {graph.nodes[n].axis for n in chain[1:]}
+    if not all(h in ax_a and h in ax_b for h in summed):
+        return None
+    heads = [x for x in ax_a if x in summed]
+    e = mm.axis
+    batch = [x for x in ax_a if x in ax_b and x not in summed and x != e]
+    rows = [x for x in ax_a if x not in ax_b]
+    cols = [x for x in ax_b if x not in ax_a]
+    if not rows or len(cols) != 1:
+        return None
+    nk_order = [*batch, cols[0], *heads, e]
+    b_nk = list(ax_b) == nk_order
+    b_order = nk_order if b_nk else [*batch, *heads, e, cols[0]]
+    res_axes = (*batch, *rows, cols[0])
+    k = math.prod(graph.size(x) for x in [*heads, e])
+    return ContractionPattern(
+        a, b, residual, tuple(ax_a.index(x) for x in [*batch, *rows, *heads, e]),
+        tuple(ax_b.index(x) for x in b_order), b_nk,
+        tuple(graph.size(x) for x in batch), tuple(graph.size(x) for x in rows),
+        k, graph.size(cols[0]), tuple(res_axes.index(x) for x in graph.nodes[top].axes))

@@ -62,9 +62,9 @@ import torch.nn.functional as F
 from ..ir.dag import Graph
 from ..ir.ops import BINARY, UNARY
 from ..ir.semantics import align, band_mask, einsum_spec, relative_error
-from ..ir.patterns import (AttentionPattern, GemmPattern, RmsNormPattern, SoftmaxPattern,
-                           SwigluPattern, attention_pattern, gemm_pattern, rmsnorm_pattern,
-                           softmax_pattern, swiglu_pattern)
+from ..ir.patterns import (AttentionPattern, ContractionPattern, GemmPattern, RmsNormPattern,
+                           SoftmaxPattern, SwigluPattern, attention_pattern, contraction_pattern,
+                           gemm_pattern, rmsnorm_pattern, softmax_pattern, swiglu_pattern)
 from .records import PeerResult, TimingConfig
 from .timing import measure, short_error, synchronize
 
@@ -376,6 +376,24 @@ def _quack_gated(graph: Graph, p: SwigluPattern) -> Callable[..., torch.Tensor]:
     return quack_gated
 
 
+def _merged_contraction(graph: Graph, p: ContractionPattern) -> Callable[..., torch.Tensor]:
+    """What a PyTorch model runs for ``[X +] Σ_H A @_e B``: A made ``[batch, rows, H·e]``
+    (``transpose(1, 2).reshape``: a copy when the heads are not next to e), one cuBLAS GEMM
+    against B as ``[batch, H·e, n]`` (a ``[n, H·e]`` weight read transposed, no copy), then
+    the residual add (its own kernel, as in eager code)."""
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    rows = math.prod(p.rows)
+
+    def gemm(*args: torch.Tensor) -> torch.Tensor:
+        a = args[pos[p.a]].permute(*p.a_perm).reshape(*p.batch, rows, p.k)
+        b = args[pos[p.b]].permute(*p.b_perm)
+        b = (b.reshape(*p.batch, p.n, p.k).transpose(-1, -2) if p.b_nk
+             else b.reshape(*p.batch, p.k, p.n))
+        out = torch.matmul(a, b).reshape(*p.batch, *p.rows, p.n).permute(*p.out_perm)
+        return out if p.residual is None else args[pos[p.residual]] + out
+    return gemm
+
+
 def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]]]:
     """Vendor peer name → a builder, for the patterns the graph's structure matches."""
     out: dict[str, Callable[[], Callable[..., torch.Tensor]]] = {}
@@ -399,6 +417,10 @@ def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]
     w = swiglu_pattern(graph)
     if w is not None:
         out["quack gated GEMM"] = lambda: _quack_gated(graph, w)
+    c = contraction_pattern(graph)
+    if c is not None:
+        out["cuBLAS" + (" + add" if c.residual is not None else "")] = \
+            lambda: _merged_contraction(graph, c)
     return out
 
 

@@ -17,7 +17,7 @@ beyond the tensor, so a ragged K tail adds zeros. The epilogue stages C through 
 memory (``stmatrix``) and writes it with TMA bulk stores, which clip against the tensor
 bounds. Operands whose row pitch is not a multiple of 16 bytes (TMA's requirement, e.g.
 k = 129 in fp16) are loaded by predicated copies that TileLang generates by itself (see
-:func:`~.gemm_spec.gemm_block_threads` for the block it then launches).
+:func:`~.gemm_resources.gemm_block_threads` for the block it then launches).
 
 The GEMM family's modules: :mod:`.gemm_spec` (spec, config, checks, resource models),
 this one (the source), :mod:`.gemm_ws_schedule` (the hand-written ``"ws"`` body, one tile
@@ -40,12 +40,14 @@ from __future__ import annotations
 from ..emit import Lines
 from .gemm_chain import chain_source
 from .gemm_chain_spec import GemmChainSpec
-from .gemm_expr import c_input_index, prologue_text, wants_fast_math, write_epilogue
+from .gemm_expr import (a_tile_index, c_input_index, prologue_text, wants_fast_math,
+                        write_epilogue)
 from .gemm_grid import open_kernel, plan_grid
 from .gemm_launch import (COMBINE_THREADS, combine_tile, gemm_params, split_buffers,
                           split_params)
-from .gemm_spec import (NUM_SMS, SUMSQ_VECTOR, WARP_POLICIES, GemmConfig, GemmSpec,
-                        check_config, check_spec, gemm_grid)
+from .gemm_resources import SUMSQ_VECTOR
+from .gemm_spec import (NUM_SMS, WARP_POLICIES, GemmConfig, GemmSpec, check_config, check_spec,
+                        gemm_grid)
 from .gemm_ws_schedule import write_ws_body
 from .tiling import ceil_div
 
@@ -68,7 +70,7 @@ def gemm_source(spec: GemmSpec | GemmChainSpec, cfg: GemmConfig) -> str:
 
     Grid: ``(ceil(n / block_n), ceil(m / block_m), batch)`` folded into x where y or z
     would exceed 65535 blocks (:mod:`.gemm_grid`), or ``min(tiles, NUM_SMS)`` blocks when
-    ``cfg.persistent``; block: :func:`~.gemm_spec.gemm_block_threads` (``cfg.threads +
+    ``cfg.persistent``; block: :func:`~.gemm_resources.gemm_block_threads` (``cfg.threads +
     128`` when TMA loads every operand; ``"ws"``: always).
 
     Split-K (``cfg.splits > 1``, either schedule): the grid's z is ``batch · splits``; the
@@ -299,7 +301,7 @@ def _write_auto_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
                 with e.indent():
                     e(f"A_s[i, j] = {prologue_text(s, bm, bk, kt)}")
             else:
-                e(f"T.copy(A[bz, by * {bm}, {kt} * {bk}], A_s)")
+                e(f"T.copy(A[{a_tile_index(s, bk, kt, f'by * {bm}')}], A_s)")
             at = (f"[{bzb}, bx * {bn}, {kt} * {bk}]" if nk
                   else f"[{bzb}, {kt} * {bk}, bx * {bn}]")
             if concat:

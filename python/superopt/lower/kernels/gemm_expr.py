@@ -131,6 +131,28 @@ def c_input_index(extent: int, block: int, tile: str, offset: str) -> str:
     return pos if extent % block == 0 else f"T.min({pos}, {extent - 1})"
 
 
+def a_tile_index(spec: "GemmSpec", block_k: int, step: str, row0: str) -> str:
+    """The index of A's tile at K step ``step`` (an expression) and first row ``row0``, for
+    ``T.copy(A[...], A_s)``: ``bz, row0, step · block_k``, or for a contraction over two axes
+    (``spec.k_outer > 1``, A ``[batch, h, m, e]``) the head and the offset inside it,
+    ``bz, step // steps_per_head, row0, (step % steps_per_head) · block_k``."""
+    if spec.k_outer == 1:
+        return f"bz, {row0}, {step} * {block_k}"  # (``step`` is a name or in parentheses)
+    per_head = spec.k // spec.k_outer // block_k
+    return f"bz, ({step}) // {per_head}, {row0}, ({step}) % {per_head} * {block_k}"
+
+
+def a_tile_region(spec: "GemmSpec", block_m: int, block_k: int, step: str) -> str:
+    """A's ``[block_m, block_k]`` tile of row tile ``by`` at K step ``step`` as slices, for
+    ``T.tma_copy`` (:func:`a_tile_index`'s layouts)."""
+    rows = f"by * {block_m}:(by + 1) * {block_m}"
+    if spec.k_outer == 1:
+        return f"bz, {rows}, ({step}) * {block_k}:({step} + 1) * {block_k}"
+    per_head = spec.k // spec.k_outer // block_k
+    col = f"({step}) % {per_head} * {block_k}"
+    return f"bz, ({step}) // {per_head}, {rows}, {col}:{col} + {block_k}"
+
+
 def prologue_text(spec: "GemmSpec", block_m: int, block_k: int, ko: str = "ko") -> str:
     """The A operand at element ``(i, j)`` of K step ``ko``'s tile (an expression: a split
     GEMM's is ``(sk * per + ko)``), rounded to the operand dtype. Positions past ``k`` (a

@@ -28,12 +28,15 @@ COMBINE_THREADS = 128
 
 def gemm_params(spec) -> list[tuple[str, tuple[int, ...], str]]:
     """``(name, shape, dtype)`` of the tensors a one-launch GEMM kernel reads, in its
-    prim_func's order (C, the output, follows): the A inputs (or A) ``[batch, m, k]``, B
+    prim_func's order (C, the output, follows): the A inputs (or A) ``[batch, m, k]`` (A
+    ``[batch, k_outer, m, k / k_outer]`` for a contraction over two axes), B
     (and B2) ``[b', k, n]`` or ``[b', n, k]``, the row inputs ``[batch, m]``, the column
     inputs ``[n]``, the k inputs ``[k]``, the C-shaped inputs ``[batch, m, n]``."""
     s = spec
     b_shape = (s.b_batches, s.n, s.k) if s.b_layout == "nk" else (s.b_batches, s.k, s.n)
-    out = [(a, (s.batch, s.m, s.k), d) for a, d in (s.a_inputs or (("A", s.dtype),))]
+    a_shape = ((s.batch, s.k_outer, s.m, s.k // s.k_outer) if s.k_outer > 1
+               else (s.batch, s.m, s.k))
+    out = [(a, a_shape, d) for a, d in (s.a_inputs or (("A", s.dtype),))]
     out += [(b, b_shape, s.dtype) for b in (("B", "B2") if s.dual else ("B",))]
     out += [(r, (s.batch, s.m), s.vector_dtype(r)) for r in s.row_inputs]
     out += [(v, (s.n,), s.vector_dtype(v)) for v in s.col_inputs]

@@ -85,6 +85,9 @@ def _ws_split_charged_one_a_read(spec: GemmSpec, cfg: GemmConfig) -> bool:
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
 _BLOCK_K_CHOICES = (64, 128)
+#: K steps offered for a contraction over several axes whose inner extent (one head's) no
+#: step of :data:`_BLOCK_K_CHOICES` divides: a K tile must lie inside one head.
+_HEAD_BLOCK_K_CHOICES = (32, 16)
 _STAGE_CHOICES = (2, 3, 4, 5)
 
 
@@ -375,6 +378,16 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
     return ordered if limit is None else ordered[:limit]
 
 
+def _block_k_choices(spec: GemmSpec) -> tuple[int, ...]:
+    """The K steps to try: :data:`_BLOCK_K_CHOICES`, and for a contraction over several axes
+    those that divide one head's extent, else the largest smaller one that does."""
+    if spec.k_outer == 1:
+        return _BLOCK_K_CHOICES
+    inner = spec.k // spec.k_outer
+    fits = tuple(b for b in _BLOCK_K_CHOICES if inner % b == 0)
+    return fits or next(((b,) for b in _HEAD_BLOCK_K_CHOICES if inner % b == 0), ())
+
+
 def _valid_configs(spec: GemmSpec):
     """The configurations of :func:`gemm_config_space` that :func:`~.gemm_spec.check_config`
     accepts, unordered (a generator: :func:`no_config_reason` stops at the first)."""
@@ -385,7 +398,7 @@ def _valid_configs(spec: GemmSpec):
               for threads, block_ms in ((128, (64, 128)), (256, (128, 256)), (384, (192,)))
               for bm in block_ms if bm <= 2 * m_cap
               for bn in _BLOCK_N_CHOICES if bn <= 2 * n_cap
-              for bk in _BLOCK_K_CHOICES
+              for bk in _block_k_choices(spec)
               for stages in _STAGE_CHOICES]
     for threads, bm, bn, bk, stages in shapes:
         tiles = ceil_div(spec.m, bm) * ceil_div(spec.n, bn) * spec.batch

@@ -27,15 +27,15 @@ storage dtype or fp32 (vectors are fp32 unless ``vector_dtypes`` says otherwise)
 are contiguous row-major and have fewer than 2^31 elements (int32 indexing).
 
 Public API: :class:`GemmSpec`, :class:`GemmConfig`, :func:`check_spec`, :func:`check_config`;
-the models behind the pruning: :func:`gemm_smem_bytes`, :func:`gemm_accum_registers`,
-:func:`gemm_block_threads`, :func:`gemm_register_cap`, :func:`gemm_tma_operands`.
+the models behind the pruning are in :mod:`.gemm_resources`.
 
 Sources: the TileLang 0.1.15 lowering measured in ``../shared/design/TILELANG.md``; its sm_90
 pitfalls (block_n ≡ 8 mod 16, one fragment per GEMM when two GEMMs share a loop) and those
 measured on the H200 (bench/results) are enforced by :func:`check_config`.
 
 Owns: the GEMM family's spec, config and fit. Imports the errors, dtypes, target, shared
-checks, grid and launches (:mod:`.gemm_launch`); must not import a source writer
+checks, grid, launches (:mod:`.gemm_launch`) and the per-block resource models
+(:mod:`.gemm_resources`); must not import a source writer
 (:mod:`.gemm`, :mod:`.gemm_ws_schedule`) or the configuration space (:mod:`.gemm_space`).
 """
 
@@ -48,6 +48,8 @@ from ...errors import LoweringError
 from ..target import HOPPER
 from .gemm_grid import gemm_grid
 from .gemm_launch import check_split, split_launch_plan
+from .gemm_resources import (gemm_accum_registers, gemm_register_cap, gemm_smem_bytes,
+                             gemm_tma_operands)
 from .launches import LaunchPlan
 from .spec_checks import check_dtype, check_identifier, format_fields
 from .tiling import ceil_div, check_padded
@@ -64,8 +66,6 @@ NUM_SMS = HOPPER.num_sms
 
 #: :attr:`GemmConfig.policy` → the ``T.GemmWarpPolicy`` member it writes.
 WARP_POLICIES = {"square": "Square", "full_row": "FullRow", "full_col": "FullCol"}
-#: A elements one thread squares per step of the sum-of-squares (16 bytes of fp16).
-SUMSQ_VECTOR = 8
 #: Format fields giving the position of the element a prologue / an epilogue computes:
 #: the row of A and C (``< m``), the column of C (``< n``) or of A (``kpos``, ``< k``), and
 #: the batch index (``< batch``); each an int32 expression.
@@ -123,6 +123,11 @@ class GemmSpec:
             epilogue reads at its own element as ``{name}`` in fp32 (a residual stream:
             ``X + H @ W``; CUTLASS's source C). Each element is read once, straight from
             global memory into the thread that owns the accumulator element.
+        k_outer: the contraction over two axes ``(h, e)``, ``h`` outer (``Σ_h Σ_e
+            O[b, h, t, e] · W[h, e, d]``, a multi-head output projection written per head):
+            A is ``[batch, k_outer, m, k / k_outer]``, and K step ``ko`` reads head
+            ``ko · block_k // (k / k_outer)``; 1: A is ``[batch, m, k]``. B is ``[b', k, n]``
+            either way (``W[h, e, d]`` is ``[h·e, d]``).
     """
 
     batch: int
@@ -145,6 +150,7 @@ class GemmSpec:
     vector_dtypes: tuple[tuple[str, str], ...] = ()
     c_inputs: tuple[tuple[str, str], ...] = ()
     b_batch_inner: int | None = None
+    k_outer: int = 1
 
     @property
     def b_batches(self) -> int:
@@ -186,7 +192,7 @@ class GemmConfig:
         stages: depth of the shared-memory ring the producer warpgroup fills with TMA.
         threads: consumer threads, 128, 256 or 384 (one wgmma warpgroup per 128); TileLang
             adds a 128-thread TMA producer warpgroup, so the block usually launches
-            ``threads + 128`` (:func:`gemm_block_threads`).
+            ``threads + 128`` (:func:`~.gemm_resources.gemm_block_threads`).
         swizzle_panel: 0 = blocks in launch order; else ``T.use_swizzle(panel)`` raster
             order, so that consecutive blocks share B column panels in L2.
         policy: how the consumer warpgroups split the tile (``T.GemmWarpPolicy``):
@@ -323,7 +329,8 @@ def _check_types(obj, types: dict, what: str) -> None:
 _SPEC_TYPES = {"batch": int, "m": int, "n": int, "k": int, "b_layout": str, "dual": bool,
                "a_row_sumsq": bool, "row_inputs": tuple, "epilogue": str, "dtype": str,
                "out_dtype": str, "name": str, "col_inputs": tuple, "k_inputs": tuple,
-               "a_inputs": tuple, "prologue": str, "vector_dtypes": tuple, "c_inputs": tuple}
+               "a_inputs": tuple, "prologue": str, "vector_dtypes": tuple, "c_inputs": tuple,
+               "k_outer": int}
 
 
 def _check_input_name(name: object, what: str) -> None:
@@ -369,6 +376,11 @@ def check_spec(spec: GemmSpec) -> None:
                             f"got {spec.b_batch_inner!r} x {spec.b_batches}")
     if spec.b_layout not in ("kn", "nk"):
         raise LoweringError(f"b_layout must be 'kn' or 'nk', got {spec.b_layout!r}")
+    if spec.k_outer < 1 or spec.k % spec.k_outer:
+        raise LoweringError(f"k_outer must be >= 1 and divide k={spec.k}, got {spec.k_outer}")
+    if spec.k_outer > 1 and (spec.a_inputs or spec.a_row_sumsq):
+        raise LoweringError("a contraction over two axes (k_outer > 1) reads A as it is: no "
+                            "prologue and no sum of A's squares")
     for what, count in (("A", spec.batch * spec.m * spec.k),
                         ("B", spec.b_batches * spec.k * spec.n),
                         ("C", spec.batch * spec.m * spec.n)):
@@ -558,6 +570,11 @@ def check_config(spec: GemmSpec, cfg: GemmConfig) -> None:
             f"on sm_90), got {cfg.block_n}")
     if cfg.block_k % 16 or not 16 <= cfg.block_k <= 256:
         raise LoweringError(f"block_k must be a multiple of 16 in [16, 256], got {cfg.block_k}")
+    if spec.k_outer > 1 and (spec.k // spec.k_outer) % cfg.block_k:
+        # a K tile must lie inside one head: A's tile is one [block_m, block_k] box of it
+        raise LoweringError(f"block_k must divide the inner contracted extent "
+                            f"{spec.k // spec.k_outer} (k_outer={spec.k_outer}), got "
+                            f"{cfg.block_k}")
     check_padded_operands(spec, cfg)
     if cfg.stages < 1 or cfg.stages > 8:
         raise LoweringError(f"stages must be in [1, 8], got {cfg.stages}")
@@ -611,90 +628,3 @@ def _one_row_odd_k(spec: GemmSpec, cfg: GemmConfig) -> bool:
     one_row_b = (spec.b_batches == 1 and spec.b_layout == "nk" and spec.n == 1 and
                  (spec.k * itemsize(spec.dtype)) % 4 != 0)
     return one_row_a or one_row_b
-
-
-def gemm_tma_operands(spec: GemmSpec) -> tuple[bool, bool]:
-    """Whether TMA can load A (every A input, with a prologue), and B (and B2): a row pitch
-    that is a multiple of 16 bytes."""
-    ib = itemsize(spec.dtype)
-    b_pitch = (spec.n if spec.b_layout == "kn" else spec.k) * ib
-    a_dtypes = [d for _, d in spec.a_inputs] or [spec.dtype]
-    return all((spec.k * itemsize(d)) % 16 == 0 for d in a_dtypes), b_pitch % 16 == 0
-
-
-def gemm_block_threads(spec: GemmSpec, cfg: GemmConfig) -> int:
-    """Threads TileLang 0.1.15 launches per block for this kernel (checked on its output).
-
-    With every operand loaded by TMA, it warp-specialises: ``threads`` consumers plus one
-    128-thread producer warpgroup. With none (e.g. fp16 k = 129) it software-pipelines
-    ``cp.async`` copies in the ``threads`` threads. With a mix (e.g. kn, n = 129) it adds a
-    SIMT producer of ``threads`` threads (``2·threads``, no ``setmaxnreg``). k == 0 has no
-    loads: ``threads``.
-    """
-    a_tma, b_tma = gemm_tma_operands(spec)
-    if spec.k == 0 or not (a_tma or b_tma):
-        return cfg.threads
-    return cfg.threads + 128 if a_tma and b_tma else 2 * cfg.threads
-
-
-def gemm_register_cap(spec: GemmSpec, cfg: GemmConfig) -> int:
-    """Registers per thread ptxas may use: the register file (``HOPPER.regs_per_sm``, 64 K)
-    over :func:`gemm_block_threads`, a multiple of 8, at most 255.
-
-    168 for 256 consumers plus the producer warpgroup, 128 for 384 (or for 256 with a SIMT
-    producer). Measured with ``ptxas -v`` on 0.1.15 output: 128×256 fp32 accumulators
-    over 256 consumers compile to 168 registers without spills; 192×256 over 384 consumers
-    fails (ptxas C7602, needs 154 > 128).
-    """
-    return min(255, HOPPER.regs_per_sm // gemm_block_threads(spec, cfg) // 8 * 8)
-
-
-def gemm_accum_registers(spec: GemmSpec, cfg: GemmConfig) -> int:
-    """fp32 registers per consumer thread held by accumulators (acc, acc2, sum-of-squares)."""
-    per_acc = cfg.block_m * cfg.block_n // cfg.threads
-    regs = per_acc * (2 if spec.dual else 1)
-    if spec.a_row_sumsq and cfg.schedule != "ws":  # "ws": the producer sums the squares
-        regs += cfg.block_m * (cfg.block_k // SUMSQ_VECTOR) // cfg.threads
-    return regs
-
-
-def gemm_smem_bytes(spec: GemmSpec, cfg: GemmConfig) -> int:
-    """Dynamic shared memory of one block, in bytes (an upper bound on TileLang's plan).
-
-    The K ring holds ``stages`` × (A tile + B tile [+ B2 tile]); with a prologue, the A
-    inputs' tiles take the A tile's place in the ring and the computed A tile is one more
-    buffer (measured on 0.1.15: TileLang's pipeline does not multi-buffer it). The C staging
-    tile is live only after the K loop, and TileLang's
-    storage planner lets it reuse the ring (measured on 0.1.15: 128×256×64, 4 stages, fp16
-    → 196608 bytes, exactly the ring), so the bound is the larger of the two plus the small
-    vectors; a persistent kernel keeps both (the sum), and so does ``"ws"`` unless
-    ``c_alias`` stages C in the ring itself.
-    """
-    ib = itemsize(spec.dtype)
-    n_b = 2 if spec.dual else 1
-    a_tile = cfg.block_m * cfg.block_k * ib
-    computed = 0
-    if spec.a_inputs:  # the inputs' tiles are staged; the computed A tile is one buffer
-        computed, a_tile = a_tile, sum(cfg.block_m * cfg.block_k * itemsize(d)
-                                       for _, d in spec.a_inputs)
-    ring = cfg.stages * (a_tile + n_b * cfg.block_k * cfg.block_n * ib) + computed
-    if spec.k == 0:
-        ring = 0
-    # (split-K's partials go straight from the fragments to global memory)
-    c_stage = (cfg.block_m * cfg.block_n * itemsize(spec.out_dtype)
-               if cfg.store == "tma" and cfg.splits == 1 else 0)
-    rows = sum(cfg.block_m * itemsize(spec.vector_dtype(r)) for r in spec.row_inputs)
-    rows += 4 * cfg.block_m * (1 if spec.a_row_sumsq else 0)
-    rows += sum(cfg.block_n * itemsize(spec.vector_dtype(c)) for c in spec.col_inputs)
-    rows += sum(cfg.stages * cfg.block_k * itemsize(spec.vector_dtype(c)) for c in spec.k_inputs)
-    # 1 KiB alignment per buffer (TMA/wgmma swizzled buffers are 1024-byte aligned).
-    n_buffers = (2 + (1 if spec.dual else 0) + len(spec.row_inputs) + len(spec.a_inputs) +
-                 len(spec.col_inputs) + len(spec.k_inputs) + (1 if spec.a_row_sumsq else 0))
-    if cfg.schedule == "ws" and cfg.c_alias:
-        return ring + rows + 1024 * n_buffers
-    if cfg.persistent or cfg.schedule == "ws":
-        # persistent: the ring stays live across tiles; ws: the producer's and consumers'
-        # branches run concurrently, so TileLang's planner gives C its own buffer
-        # (measured: 128x256x64, 3 stages, fp16 -> 212992 bytes = ring + C)
-        return ring + c_stage + rows + 1024 * n_buffers
-    return max(ring, c_stage) + rows + 1024 * n_buffers

@@ -51,9 +51,10 @@ from __future__ import annotations
 
 from ..emit import Lines
 from ..target import HOPPER
-from .gemm_expr import write_epilogue
+from .gemm_expr import a_tile_region, write_epilogue
 from .gemm_grid import open_kernel
-from .gemm_spec import SUMSQ_VECTOR, GemmConfig, GemmSpec, gemm_grid
+from .gemm_resources import SUMSQ_VECTOR
+from .gemm_spec import GemmConfig, GemmSpec, gemm_grid
 from .tiling import ceil_div
 
 #: Registers per thread the producer warpgroup keeps (``setmaxnreg`` 24); the consumers
@@ -278,7 +279,7 @@ def write_ws_body(e: Lines, spec: GemmSpec, cfg: GemmConfig) -> None:
         e(f"for i in T.serial({nsteps}):")
         with e.indent():
             e(f"T.mbarrier_wait_parity(empty[{slot(g)}], {parity(g)} ^ 1)")
-            e(f"T.tma_copy(A[bz, by * {bm}:(by + 1) * {bm}, ({k0}i) * {bk}:({k0}i + 1) * {bk}], "
+            e(f"T.tma_copy(A[{a_tile_region(s, bm, bk, f'{k0}i')}], "
               f"A_s[{slot(g)}, :, :], barrier=full[{slot(g)}])")
             e(f"T.tma_copy({b_src('i')}, B_s[{slot(g)}, :, :], "
               f"barrier=full[{slot(g)}]{mc})")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ...derive.fusion import contraction_chain
 from ...derive.plan import Plan
 from ...errors import LoweringError
 from ...ir.dag import Graph, NodeId
@@ -178,6 +179,9 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     reds = [n for n in kern.nodes if g.nodes[n].op == "reduce"]
     if len(mms) == 2 and chain_matmuls(plan, k, mms) is not None:
         return match_gemm_chain(plan, k, dtype)
+    pair = _contraction(plan, k, mms, reds)
+    if pair is not None:
+        return _match_contraction(plan, k, dtype, *pair)
     if not 1 <= len(mms) <= 2 or len(reds) > 1 or r is None:
         raise LoweringError(f"kernel {k} is not a (dual) GEMM over a streamed axis",
                             path=f"kernels[{k}]")
@@ -329,6 +333,138 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     params += [(a, (batch, m, n)) for a in c_inputs]
     flops = 2 * batch * m * n * kk * len(mms)
     return KernelLowering(k, "gemm", spec, tuple(params), out, (batch, m, n), flops)
+
+
+def _contraction(plan: Plan, k: int, mms: list[NodeId],
+                 reds: list[NodeId]) -> tuple[NodeId, NodeId] | None:
+    """``(matmul, top sum)`` when kernel ``k`` contracts several axes (rule
+    ``fuse_contraction``): its reductions are one matmul (over ``e``) and a chain of sums of
+    it over axes both operands carry (:func:`~superopt.derive.fusion.contraction_chain`),
+    the last over the streamed axis."""
+    if len(mms) != 1 or not reds:
+        return None
+    g = plan.graph
+    tops = [r for r in reds if not any(plan.owner(c) == k and c in reds
+                                       for c in g.consumers(r))]
+    if len(tops) != 1:
+        return None
+    chain = contraction_chain(plan, k, tops[0])
+    if chain is None or set(chain) != {mms[0], *reds}:
+        return None
+    if g.nodes[tops[0]].axis != plan.kernels[k].stream:
+        return None
+    return mms[0], tops[0]
+
+
+def _run_of(axes: tuple, run: tuple) -> int | None:
+    """Where ``run`` starts as a contiguous run of ``axes``, or ``None``."""
+    for i in range(len(axes) - len(run) + 1):
+        if axes[i:i + len(run)] == run:
+            return i
+    return None
+
+
+def _match_contraction(plan: Plan, k: int, dtype: str, mm: NodeId,
+                       total: NodeId) -> KernelLowering:
+    """Kernel ``k`` as one GEMM contracting several axes: ``out = epilogue(Σ_H Σ_e A · B)``
+    with ``K = |H| · e``, ``H`` the summed head axes (``h``; ``g, r`` for grouped-query heads)
+    in A's order. A is ``[batch.., H, m, e]`` (heads first: the GEMM walks ``e`` inside each
+    head, :attr:`~..kernels.gemm_spec.GemmSpec.k_outer`) or ``[batch.., m, H, e]`` (K
+    contiguous; so is heads first with ``m`` of size 1, a decode step); B carries ``(H, e)``
+    adjacent, ``[run.., H, e, n]`` or ``[run.., n, H, e]``.
+
+    Raises:
+        LoweringError: another layout, a prologue, or an epilogue input of another shape.
+    """
+    g = plan.graph
+    where = f"kernels[{k}]"
+    e = g.nodes[mm].axis
+    chain = contraction_chain(plan, k, total)
+    summed = {g.nodes[n].axis for n in chain[1:]}
+    out = single_output(plan, k)
+    dom = g.nodes[out].axes
+    if g.nodes[total].axes != dom or len(dom) < 2:
+        raise LoweringError(f"kernel {k}: the contraction over {sorted(summed)} and {e!r} must "
+                            f"keep a row and a column axis of the output {list(dom)}", path=where)
+    batch_axes, m_axis, n_axis = dom[:-2], dom[-2], dom[-1]
+    a_node, b_node = g.nodes[mm].args
+    if plan.owner(a_node) == k or plan.owner(b_node) == k:
+        raise LoweringError(f"kernel {k}: a contraction over several axes reads both operands "
+                            "from memory (no prologue)", path=where)
+    a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
+    heads = tuple(a for a in a_axes if a in summed)  # the summed axes, in A's order
+    names = ", ".join(heads)
+    if a_axes == batch_axes + heads + (m_axis, e) and g.size(m_axis) != 1:
+        k_outer, fold_ok = axes_prod(g, heads), False  # heads first: A is [batch, H, m, e]
+    elif a_axes in (batch_axes + (m_axis,) + heads + (e,), batch_axes + heads + (m_axis, e)):
+        k_outer, fold_ok = 1, True  # [batch, m, H·e] (or m = 1): K is contiguous
+    else:
+        raise LoweringError(f"kernel {k}: A operand axes {list(a_axes)} are neither "
+                            f"[{', '.join(batch_axes + heads + (m_axis, e))}] nor "
+                            f"[{', '.join(batch_axes + (m_axis,) + heads + (e,))}]", path=where)
+    at = _run_of(b_axes, heads + (e,))
+    if at is None:
+        raise LoweringError(f"kernel {k}: B operand axes {list(b_axes)} do not hold ({names}, "
+                            f"{e}) adjacent in that order (the contracted axes must be one "
+                            "contiguous K)", path=where)
+    b_pair = b_axes[:at] + (e,) + b_axes[at + len(heads) + 1:]
+    layout, b_start, b_end = _b_run(b_pair, batch_axes, e, n_axis, k)
+    fold_batch = fold_ok and b_end == b_start and batch_axes != ()
+    batch = 1 if fold_batch else axes_prod(g, batch_axes)
+    b_batch = (None if fold_batch or (b_start, b_end) == (0, len(batch_axes))
+               else axes_prod(g, batch_axes[b_start:b_end]))
+    b_inner = None if fold_batch or b_start == 0 else axes_prod(g, batch_axes[b_end:])
+    m = axes_prod(g, batch_axes + (m_axis,)) if fold_batch else g.size(m_axis)
+    n, kk = g.size(n_axis), axes_prod(g, heads) * g.size(e)
+    env: dict[NodeId, str] = {total: "{acc}"}
+    rows, cols, residuals = [], [], []
+    for a in plan.external_args(k):
+        axes = g.nodes[a].axes
+        field = "{" + tensor_name(a) + "}"
+        readers = [c for c in g.consumers(a) if plan.owner(c) == k and c != mm]
+        if a in (a_node, b_node) and not readers:
+            continue
+        if axes == batch_axes + (m_axis,):
+            rows.append(a)
+        elif axes == (n_axis,):
+            cols.append(a)
+        elif axes == dom:
+            residuals.append(a)
+        else:
+            raise LoweringError(f"kernel {k}'s epilogue reads node {a} with axes {list(axes)} "
+                                "(only row and column vectors and tensors of the output's "
+                                "shape)", path=where)
+        env[a] = field
+    for n_id in plan.kernels[k].nodes:
+        if n_id not in chain and not g.nodes[n_id].is_elementwise:
+            raise LoweringError(f"kernel {k}: node {n_id} ({g.nodes[n_id].describe()}) after "
+                                "the contraction is not elementwise", path=where)
+    index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", n_axis: "{col}"},
+                           fold_batch)
+    epilogue = _render(g, out, env, index, k)
+    names = {a: tensor_name(a) for a in rows + cols}
+    try:
+        spec = GemmSpec(batch, m, n, kk, layout, row_inputs=tuple(names[a] for a in rows),
+                        epilogue=epilogue, dtype=dtype, out_dtype=storage_dtype(plan, out, dtype),
+                        name=f"k{k}_gemm", b_batch=b_batch, b_batch_inner=b_inner,
+                        col_inputs=tuple(names[a] for a in cols),
+                        vector_dtypes=tuple((names[a], storage_dtype(plan, a, dtype))
+                                            for a in rows + cols
+                                            if storage_dtype(plan, a, dtype) != "float32"),
+                        c_inputs=tuple((tensor_name(a), storage_dtype(plan, a, dtype))
+                                       for a in residuals), k_outer=k_outer)
+        if batch * m * n:  # (an empty output needs no kernel: the module launches nothing)
+            check_spec(spec)
+            _check_some_config(spec)
+    except LoweringError as err:
+        raise LoweringError(err.message, path=where) from None
+    a_view = (batch, k_outer, m, kk // k_outer) if k_outer > 1 else (batch, m, kk)
+    b_view = (spec.b_batches, kk, n) if layout == "kn" else (spec.b_batches, n, kk)
+    params = [(a_node, a_view), (b_node, b_view)]
+    params += [(a, (batch, m)) for a in rows]
+    params += [(a, (n,)) for a in cols]
+    params += [(a, (batch, m, n)) for a in residuals]
+    return KernelLowering(k, "gemm", spec, tuple(params), out, (batch, m, n), 2 * batch * m * n * kk)
 
 
 def match_gemm_chain(plan: Plan, k: int, dtype: str) -> KernelLowering:
