@@ -350,3 +350,50 @@ def test_grouped_query_peer_is_the_graph():
     ref = evaluate(g, {k: v.double().numpy() for k, v in x.items()})
     out = peers.make_peer(g, "cuBLAS + add")(*[x[n] for n, _ in g.inputs])
     assert relative_error(out, torch.from_numpy(np.asarray(ref))) < 1e-5
+
+
+# ------------------------------------------------------------------ from the hostile review
+def test_the_contracted_axis_may_have_another_name_in_w():
+    """``matmul(O, W, "e", "f")``: B holds (h, f); the kernel and the peer read it so."""
+    import torch
+
+    from superopt.ir.semantics import relative_error
+    from superopt.run import peers
+
+    g = DagBuilder("renamed", [("b", 2), ("h", 3), ("t", 40), ("e", 32), ("f", 32), ("d", 24)])
+    o, w = g.input("O", ["b", "h", "t", "e"]), g.input("W", ["h", "f", "d"])
+    g.output(g.add(g.input("X", ["b", "t", "d"]), g.red("sum", "h", g.matmul(o, w, "e", "f"))))
+    graph = g.build()
+    (one,) = [d for d in derive_all(graph) if len(d.plan.kernels) == 1]
+    (kl,) = match_plan(one.plan).kernels
+    assert (kl.spec.k, kl.spec.k_outer, kl.spec.b_layout) == (96, 3, "kn")
+    gen = torch.Generator().manual_seed(0)
+    x = {n: torch.randn(sh, generator=gen) for n, sh in graph.inputs}
+    ref = evaluate(graph, {k: v.double().numpy() for k, v in x.items()})
+    out = peers.make_peer(graph, "cuBLAS + add")(*[x[n] for n, _ in graph.inputs])
+    assert relative_error(out, torch.from_numpy(np.asarray(ref))) < 1e-5
+
+
+@pytest.mark.parametrize("e,steps", [(80, (80, 16)), (96, (96, 48)), (48, (48, 16)),
+                                     (32, (32, 16)), (128, (64, 128)), (24, ())])
+def test_k_steps_lie_inside_one_head(e, steps):
+    """A head of 80 (Phi-2) takes K steps of 80 or 16, never one across two heads; a head no
+    multiple of 16 divides has none, and the refusal says why and what layout has no such
+    limit."""
+    from superopt.lower.kernels.gemm_space import _block_k_choices, no_config_reason
+
+    spec = GemmSpec(1, 256, 256, 4 * e, "kn", name="p", b_batch=1, k_outer=4)
+    assert _block_k_choices(spec) == steps
+    why = no_config_reason(spec)
+    assert (why is None) == bool(steps)
+    if not steps:
+        assert "no multiple of 16 divides its 24 elements" in why and "[batch, m, heads, e]" in why
+
+
+def test_an_empty_head_axis_is_an_empty_contraction():
+    """h = 0: K = 0, the output is the epilogue of a zero accumulator (the residual), at any
+    t, through the contiguous view."""
+    g = _graph(sizes=(("b", 2), ("h", 0), ("t", 40), ("e", 64), ("d", 72)))
+    (one,) = [d for d in derive_all(g) if len(d.plan.kernels) == 1]
+    (kl,) = match_plan(one.plan).kernels
+    assert (kl.spec.k, kl.spec.k_outer) == (0, 1) and kl.params[0][1] == (2, 40, 0)

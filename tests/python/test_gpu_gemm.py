@@ -900,6 +900,7 @@ def test_split_k_prologue_plan(iso, tmp_path, dtype):
 
 _PROJ = (("b", 2), ("h", 4), ("t", 200), ("e", 64), ("d", 256))
 _DECODE_PROJ = (("b", 1), ("h", 8), ("t", 8), ("e", 128), ("d", 256))
+_PHI2_PROJ = (("b", 1), ("h", 4), ("t", 200), ("e", 80), ("d", 256))  # K steps of 80
 
 
 @pytest.mark.parametrize("a_axes,sizes,pick", [
@@ -907,12 +908,16 @@ _DECODE_PROJ = (("b", 1), ("h", 8), ("t", 8), ("e", 128), ("d", 256))
     (("b", "h", "t", "e"), _PROJ, lambda c: c["k0.schedule"] == "ws"),
     (("b", "h", "t", "e"), _DECODE_PROJ, lambda c: c["k0.splits"] > 1),
     (("b", "t", "h", "e"), _PROJ, lambda c: True),
-], ids=["heads-first-auto", "heads-first-ws", "heads-first-split", "k-contiguous"])
+    (("b", "h", "t", "e"), _PHI2_PROJ, lambda c: c["k0.block_k"] == 80),
+    (("b", "h", "t", "e"), _PHI2_PROJ, lambda c: c["k0.block_k"] == 80 and
+     c["k0.schedule"] == "ws"),
+], ids=["heads-first-auto", "heads-first-ws", "heads-first-split", "k-contiguous",
+        "head-80", "head-80-ws"])
 def test_contraction_plan(iso, tmp_path, a_axes, sizes, pick):
     """A multi-head output projection written per head, with its residual
     (``fuse_contraction``): the heads-first A read per head (a 4-D TMA box on "ws"), split
-    along K across heads at decode size, and the [b, t, h, e] layout as one contiguous K;
-    ragged t."""
+    along K across heads at decode size, the [b, t, h, e] layout as one contiguous K, and
+    heads of 80 (K steps of 80: 160-byte tile rows, no 128-byte swizzle); ragged t."""
     from superopt.derive import derive_all
 
     b = DagBuilder("contraction", list(sizes))

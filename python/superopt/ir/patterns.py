@@ -566,8 +566,7 @@ def contraction_pattern(graph: Graph) -> ContractionPattern | None:
         chain.insert(0, graph.nodes[chain[0]].args[0])
     mm = graph.nodes[chain[0]]
     computed = len(chain) + (residual is not None)
-    if len(chain) < 2 or mm.op != "matmul" or mm.axis != mm.axis_b or \
-            len(_computed(graph)) != computed:
+    if len(chain) < 2 or mm.op != "matmul" or len(_computed(graph)) != computed:
         return None
     a, b = mm.args
     if a == b or graph.nodes[a].op != "input" or graph.nodes[b].op != "input":
@@ -577,15 +576,15 @@ def contraction_pattern(graph: Graph) -> ContractionPattern | None:
     if not all(h in ax_a and h in ax_b for h in summed):
         return None
     heads = [x for x in ax_a if x in summed]
-    e = mm.axis
+    e, e_b = mm.axis, mm.axis_b  # (the contracted axis's names in A and in B)
     batch = [x for x in ax_a if x in ax_b and x not in summed and x != e]
-    rows = [x for x in ax_a if x not in ax_b]
-    cols = [x for x in ax_b if x not in ax_a]
-    if not rows or len(cols) != 1:
+    rows = [x for x in ax_a if x not in ax_b and x != e]
+    cols = [x for x in ax_b if x not in ax_a and x != e_b]
+    if not rows or len(cols) != 1 or e in ax_b and e != e_b:
         return None
-    nk_order = [*batch, cols[0], *heads, e]
+    nk_order = [*batch, cols[0], *heads, e_b]
     b_nk = list(ax_b) == nk_order
-    b_order = nk_order if b_nk else [*batch, *heads, e, cols[0]]
+    b_order = nk_order if b_nk else [*batch, *heads, e_b, cols[0]]
     res_axes = (*batch, *rows, cols[0])
     k = math.prod(graph.size(x) for x in [*heads, e])
     return ContractionPattern(

@@ -85,9 +85,6 @@ def _ws_split_charged_one_a_read(spec: GemmSpec, cfg: GemmConfig) -> bool:
 
 _BLOCK_N_CHOICES = (64, 96, 128, 160, 192, 256)
 _BLOCK_K_CHOICES = (64, 128)
-#: K steps offered for a contraction over several axes whose inner extent (one head's) no
-#: step of :data:`_BLOCK_K_CHOICES` divides: a K tile must lie inside one head.
-_HEAD_BLOCK_K_CHOICES = (32, 16)
 _STAGE_CHOICES = (2, 3, 4, 5)
 
 
@@ -313,6 +310,10 @@ def _no_config_reason(spec: GemmSpec | GemmChainSpec) -> str | None:
         check_spec(spec)
         if next(_valid_configs(spec), None) is not None:
             return None
+        if spec.k_outer > 1 and spec.k and not _block_k_choices(spec):
+            return (f"a K tile must lie inside one head, and no multiple of 16 divides its "
+                    f"{spec.k // spec.k_outer} elements; A laid out [batch, m, heads, e] "
+                    "reads K contiguously and has no such limit")
     smallest = GemmConfig(64, 64, 64, 2, 128)
     try:
         if isinstance(spec, GemmChainSpec):
@@ -379,13 +380,15 @@ def gemm_config_space(spec: GemmSpec | GemmChainSpec, limit: int | None = 48
 
 
 def _block_k_choices(spec: GemmSpec) -> tuple[int, ...]:
-    """The K steps to try: :data:`_BLOCK_K_CHOICES`, and for a contraction over several axes
-    those that divide one head's extent, else the largest smaller one that does."""
+    """The K steps to try: :data:`_BLOCK_K_CHOICES`; for a contraction over several axes, a
+    K tile must lie inside one head, so those that divide its extent ``e``, else the two
+    largest multiples of 16 up to 128 that do (80 and 16 for Phi-2's heads of 80; none for
+    ``e = 24``, :func:`no_config_reason` says why)."""
     if spec.k_outer == 1:
         return _BLOCK_K_CHOICES
     inner = spec.k // spec.k_outer
     fits = tuple(b for b in _BLOCK_K_CHOICES if inner % b == 0)
-    return fits or next(((b,) for b in _HEAD_BLOCK_K_CHOICES if inner % b == 0), ())
+    return fits or tuple(b for b in range(128, 15, -16) if inner % b == 0)[:2]
 
 
 def _valid_configs(spec: GemmSpec):

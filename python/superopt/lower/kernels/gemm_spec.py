@@ -126,8 +126,9 @@ class GemmSpec:
         k_outer: the contraction over two axes ``(h, e)``, ``h`` outer (``Σ_h Σ_e
             O[b, h, t, e] · W[h, e, d]``, a multi-head output projection written per head):
             A is ``[batch, k_outer, m, k / k_outer]``, and K step ``ko`` reads head
-            ``ko · block_k // (k / k_outer)``; 1: A is ``[batch, m, k]``. B is ``[b', k, n]``
-            either way (``W[h, e, d]`` is ``[h·e, d]``).
+            ``ko · block_k // (k / k_outer)``; 1: A is ``[batch, m, k]``. B is as
+            ``b_layout`` says either way (``W[h, e, d]`` is ``[h·e, d]``, ``W[d, h, e]``
+            is ``[d, h·e]``).
     """
 
     batch: int

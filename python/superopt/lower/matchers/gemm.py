@@ -394,21 +394,25 @@ def _match_contraction(plan: Plan, k: int, dtype: str, mm: NodeId,
     a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
     heads = tuple(a for a in a_axes if a in summed)  # the summed axes, in A's order
     names = ", ".join(heads)
-    if a_axes == batch_axes + heads + (m_axis, e) and g.size(m_axis) != 1:
+    if a_axes == batch_axes + heads + (m_axis, e) and g.size(m_axis) != 1 and \
+            axes_prod(g, heads) * g.size(e):
         k_outer, fold_ok = axes_prod(g, heads), False  # heads first: A is [batch, H, m, e]
     elif a_axes in (batch_axes + (m_axis,) + heads + (e,), batch_axes + heads + (m_axis, e)):
-        k_outer, fold_ok = 1, True  # [batch, m, H·e] (or m = 1): K is contiguous
+        # [batch, m, H·e], or heads first with m = 1 (decode) or K = 0: K is contiguous
+        k_outer, fold_ok = 1, a_axes == batch_axes + (m_axis,) + heads + (e,) or \
+            g.size(m_axis) == 1
     else:
         raise LoweringError(f"kernel {k}: A operand axes {list(a_axes)} are neither "
                             f"[{', '.join(batch_axes + heads + (m_axis, e))}] nor "
                             f"[{', '.join(batch_axes + (m_axis,) + heads + (e,))}]", path=where)
-    at = _run_of(b_axes, heads + (e,))
+    e_b = g.nodes[mm].axis_b  # (the contracted axis may have another name in B)
+    at = _run_of(b_axes, heads + (e_b,))
     if at is None:
         raise LoweringError(f"kernel {k}: B operand axes {list(b_axes)} do not hold ({names}, "
-                            f"{e}) adjacent in that order (the contracted axes must be one "
+                            f"{e_b}) adjacent in that order (the contracted axes must be one "
                             "contiguous K)", path=where)
-    b_pair = b_axes[:at] + (e,) + b_axes[at + len(heads) + 1:]
-    layout, b_start, b_end = _b_run(b_pair, batch_axes, e, n_axis, k)
+    b_pair = b_axes[:at] + (e_b,) + b_axes[at + len(heads) + 1:]
+    layout, b_start, b_end = _b_run(b_pair, batch_axes, e_b, n_axis, k)
     fold_batch = fold_ok and b_end == b_start and batch_axes != ()
     batch = 1 if fold_batch else axes_prod(g, batch_axes)
     b_batch = (None if fold_batch or (b_start, b_end) == (0, len(batch_axes))
