@@ -26,6 +26,7 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     "gpt2_layernorm_mlp": dict(t=5, d=3, hidden=7),
     "layernorm": dict(t=5, d=7),
     "llama3_attention": dict(b=1, g=2, r=3, t_q=3, t_kv=5, d_h=3),
+    "llama3_attention_bshd": dict(b=1, g=2, r=3, t_q=3, t_kv=5, d_h=3),
     "llama3_decode_attention": dict(b=1, g=2, r=3, t_q=1, t_kv=5, d_h=3),
     "llama3_decode_mlp": dict(t=3, d=5, hidden=7),
     "llama3_mlp": dict(t=5, d=3, hidden=7),

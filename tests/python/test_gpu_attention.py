@@ -447,3 +447,32 @@ def test_grid_past_65535_heads():
     ref = _ref(spec, q, k, v)
     assert float((o.double() - ref).norm() / ref.norm()) <= TOL["float16"]
     assert torch.isfinite(o[-1]).all()  # the last head was written
+
+
+def _bshd_graph(b=2, g=2, r=4, tq=300, tkv=300, d=128, lo=None):
+    """Causal-capable GQA attention with the heads inside the sequence axis, as a QKV
+    projection writes it: Q[b, t_q, g, r, d], K/V[b, t_kv, g, d] (FlashAttention's layout)."""
+    bld = DagBuilder("attn_bshd_gpu", [("b", b), ("t_q", tq), ("t_kv", tkv), ("g", g), ("r", r),
+                                       ("d_h", d)])
+    q = bld.input("Q", ["b", "t_q", "g", "r", "d_h"])
+    k = bld.input("K", ["b", "t_kv", "g", "d_h"])
+    v = bld.input("V", ["b", "t_kv", "g", "d_h"])
+    s = bld.mul(bld.matmul(q, k, "d_h", "d_h"), bld.const(d ** -0.5))
+    if lo is not None:
+        s = bld.select(bld.band("t_q", "t_kv", lo=lo), s, bld.const(-math.inf))
+    bld.output(bld.matmul(softmax_subdag(bld, s, "t_kv"), v, "t_kv", "t_kv"))
+    return bld.build()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_sequence_major_attention(dtype):
+    """Q, K, V and O in [b, t, heads, d] (``AttentionSpec.inner_heads``): causal GQA over
+    ragged rows on both schedules; at decode size split-KV with its combine kernel and
+    with the in-cluster combine, whose O stores carry the head index."""
+    g = _bshd_graph(lo=0)
+    check_graph(g, dtype, _top(3))
+    check_graph(g, dtype, _with(schedule="pipelined"))
+    dec = _bshd_graph(b=2, g=8, r=4, tq=1, tkv=4096)
+    check_graph(dec, dtype, lambda space, m: (
+        [c for c in space if c["k0.splits"] > 1 and not c["k0.cluster_combine"]][:2] +
+        [c for c in space if c["k0.cluster_combine"]][:2]))

@@ -84,7 +84,10 @@ class AttentionPattern:
     mask ``M[b, t_kv]``, a relative-position bias ``B[h, t_q, t_kv]``: SDPA's float
     ``attn_mask``), its axes in the scores' order, with no band beside it; ``split``: how
     many leading batch axes form SDPA's batch dimension so that the bias broadcasts as a
-    view (``[B1 | 1, H | 1, t_q | 1, t_kv | 1]``; 0 without a bias: ``[1, heads]``)."""
+    view (``[B1 | 1, H | 1, t_q | 1, t_kv | 1]``; 0 without a bias: ``[1, heads]``).
+    ``seq_major``: with the heads inside the sequence axis (:func:`sequence_major_layout`,
+    no bias), the sequences ``G...`` flattened: Q is ``[seq_major, t_q, heads / seq_major,
+    d]`` (FlashAttention's layout, SDPA's transposed), K and V likewise; 0: heads first."""
 
     q: NodeId
     k: NodeId
@@ -101,6 +104,7 @@ class AttentionPattern:
     hi: int | None = None
     bias: NodeId | None = None
     split: int = 0
+    seq_major: int = 0
 
     @property
     def causal(self) -> bool:
@@ -146,6 +150,28 @@ def _masked_scores(graph: Graph, x: NodeId, t_q: str, t_kv: str):
     return None
 
 
+def sequence_major_layout(qa: tuple, ka: tuple, va: tuple, oa: tuple, tkv: str, d: str,
+                          d_b: str) -> tuple[tuple, str, tuple, tuple] | None:
+    """Q, K, V and O with the head axes inside the sequence axis, ``Q[G..., t, H..., R...,
+    d]``, ``K[G..., t_kv, H..., d]``, ``V[G..., t_kv, H..., e]``, ``O[G..., t, H..., R...,
+    e]`` (the layout a QKV projection writes and FlashAttention takes, ``R...`` the query
+    heads of a K/V head, at least one head axis): ``(G..., t, H..., R...)``, or ``None``
+    (``d``, ``d_b``: the axes the scores contract on Q and K)."""
+    if tkv not in ka or d != d_b or ka[-1] != d or not va:
+        return None
+    at = ka.index(tkv)
+    outer, heads = ka[:at], ka[at + 1:-1]
+    n = len(outer)
+    if len(qa) < n + len(heads) + 2 or va != outer + (tkv,) + heads + (va[-1],):
+        return None
+    tq = qa[n]
+    group = qa[n + 1 + len(heads):-1]
+    if (qa[:n] != outer or qa[n + 1:n + 1 + len(heads)] != heads or qa[-1] != d
+            or not heads + group or oa != outer + (tq,) + heads + group + (va[-1],)):
+        return None
+    return outer, tq, heads, group
+
+
 def attention_pattern(graph: Graph) -> AttentionPattern | None:
     """The :class:`AttentionPattern` of ``graph``, or ``None`` if it is not one."""
     g = graph
@@ -165,10 +191,13 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
                               and zn.args == (e,)):
         return None
     x = en.args[0]
-    xa = g.nodes[x].axes  # the scores [batch..., t_q, t_kv]: t_q is the axis before t_kv
+    xa = g.nodes[x].axes  # the scores [batch..., t_q, t_kv] (heads first)
     if t_kv not in xa or xa.index(t_kv) == 0:
         return None
-    mask = _masked_scores(g, x, xa[xa.index(t_kv) - 1], t_kv)
+    # the band's query axis: the axis before t_kv (heads first) or another one (heads
+    # inside the sequence); checked against Q's once Q is known
+    mask = next((m for a in (xa[xa.index(t_kv) - 1], *xa) if a != t_kv
+                 for m in (_masked_scores(g, x, a, t_kv),) if m is not None), None)
     if mask is not None:
         x = mask[0]
     bias = None
@@ -193,9 +222,15 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     batch, t_q = qa[:-2], qa[-2]
     kv_batch = ka[:-2]
     d_v = va[-1]
+    seq_major = 0
     if batch[:len(kv_batch)] != kv_batch or ka != (*kv_batch, t_kv, d) or \
             va != (*kv_batch, t_kv, d_v) or o.axes != (*batch, t_q, d_v):
-        return None
+        found = sequence_major_layout(qa, ka, va, o.axes, t_kv, d, sn.axis_b)
+        if found is None or bias is not None:
+            return None
+        outer, t_q, heads_ax, group = found
+        batch, kv_batch = outer + heads_ax + group, outer + heads_ax
+        seq_major = max(math.prod(g.size(a) for a in outer), 1)
     if len({t_q, t_kv, d, d_v} | set(batch)) != len(batch) + 4 - (d == d_v):
         return None
     if mask is not None and _masked_scores(g, en.args[0], t_q, t_kv) is None:
@@ -209,7 +244,8 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
         if split is None:
             return None
     return AttentionPattern(q, k, v, heads, kv_heads, g.size(t_q), g.size(t_kv), g.size(d),
-                            g.size(d_v), scale, mask is not None, lo, hi, bias, split)
+                            g.size(d_v), scale, mask is not None, lo, hi, bias, split,
+                            seq_major)
 
 
 def _bias_split(axes: tuple, batch: tuple, kv_batch: tuple, t_q: str, t_kv: str) -> int | None:

@@ -167,9 +167,15 @@ def _sdpa_batch(graph: Graph, p: AttentionPattern) -> int:
 def _sdpa_views(graph: Graph, p: AttentionPattern, args: Sequence[torch.Tensor]):
     """Q as ``[B1, heads / B1, t_q, d]``, K and V as ``[B1, kv_heads / B1, t_kv, d]`` (batch
     axes flattened: query head ``h`` reads K/V head ``h // (heads / kv_heads)``, GQA's
-    layout; ``B1`` the bias's batch group, 1 without one)."""
+    layout; ``B1`` the bias's batch group, 1 without one); with the heads inside the
+    sequence axis, ``[G, heads / G, t, d]`` views of ``[G, t, heads / G, d]``."""
     pos = {nid: i for i, nid in enumerate(graph.input_ids)}
     q, k, v = (args[pos[p.q]], args[pos[p.k]], args[pos[p.v]])
+    if p.seq_major:  # [G, t, heads, d] transposed: strided views, no copy
+        g = p.seq_major
+        return (q.reshape(g, p.t_q, p.heads // g, p.d).transpose(1, 2),
+                k.reshape(g, p.t_kv, p.kv_heads // g, p.d).transpose(1, 2),
+                v.reshape(g, p.t_kv, p.kv_heads // g, p.d_v).transpose(1, 2))
     b1 = _sdpa_batch(graph, p)
     return (q.reshape(b1, p.heads // b1, p.t_q, p.d),
             k.reshape(b1, p.kv_heads // b1, p.t_kv, p.d),
@@ -240,7 +246,7 @@ def _sdpa(graph: Graph, p: AttentionPattern, backend_name: str) -> Callable[...,
             kw = dict(kw, attn_mask=args[bias[0]].reshape(bias[1]))
         with sdpa_kernel([backend]):
             o = F.scaled_dot_product_attention(q, k, v, scale=p.scale, **kw)
-        return o.reshape(shape)
+        return (o.transpose(1, 2) if p.seq_major else o).reshape(shape)
     return sdpa
 
 
@@ -255,10 +261,10 @@ def _fa4(graph: Graph, p: AttentionPattern) -> Callable[..., torch.Tensor]:
         kw["window_size"] = p.window()
 
     def fa4(*args: torch.Tensor) -> torch.Tensor:
-        q, k, v = (t.transpose(1, 2) for t in _sdpa_views(graph, p, args))  # [1, t, h, d]
+        q, k, v = (t.transpose(1, 2) for t in _sdpa_views(graph, p, args))  # [G, t, h, d]
         out = flash_attn_func(q, k, v, softmax_scale=p.scale, **kw)
-        o = out[0] if isinstance(out, tuple) else out
-        return o.transpose(1, 2).reshape(shape)
+        o = out[0] if isinstance(out, tuple) else out  # [G, t, h, d_v]
+        return (o if p.seq_major else o.transpose(1, 2)).reshape(shape)
     return fa4
 
 

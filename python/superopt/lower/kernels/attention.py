@@ -89,7 +89,8 @@ from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, combine_term
                                        write_partial_store, write_score_prologue,
                                        write_softmax_update)
 from .attention_space import SMEM_LIMIT_BYTES, attention_smem_bytes
-from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout
+from .attention_spec import (AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout,
+                             tensor_ref, tensor_shape)
 from .attention_ws_schedule import write_ws_body
 from .tiling import ceil_div
 
@@ -143,9 +144,9 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
         e("@T.prim_func")
         e(f"def {spec.name}(")
         with e.indent():
-            e(f'Q: T.Tensor(({lay.batch}, {lay.rows}, {spec.dqk}), "{dt}"),')
-            e(f'K: T.Tensor(({spec.kv_batch}, {spec.tkv}, {spec.dqk}), "{dt}"),')
-            e(f'V: T.Tensor(({spec.kv_batch}, {spec.tkv}, {spec.dv}), "{dt}"),')
+            e(f'Q: T.Tensor({_shape(spec, lay, "Q")}, "{dt}"),')
+            e(f'K: T.Tensor({tensor_shape(spec, "K")}, "{dt}"),')
+            e(f'V: T.Tensor({tensor_shape(spec, "V")}, "{dt}"),')
             for si in spec.score_inputs:
                 e(f'{si.name}: T.Tensor(({si.extent},), "{dt}"),')
             if cfg.splits > 1:
@@ -154,7 +155,7 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
                 e(f'M_part: T.Tensor(({sh}), "float32"),')
                 e(f'A_part: T.Tensor(({sh}), "float32"),')
             if cfg.splits == 1 or cfg.cluster_combine:
-                e(f'O: T.Tensor(({lay.batch}, {lay.rows}, {spec.dv}), "{dt}"),')
+                e(f'O: T.Tensor({_shape(spec, lay, "O")}, "{dt}"),')
         e("):")
         with e.indent():
             if cfg.fast_math:
@@ -170,6 +171,14 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
         e()
         _write_combine(e, spec, cfg)
     return e.text()
+
+
+def _shape(spec: AttentionSpec, lay, name: str) -> tuple[int, ...]:
+    """Q's or O's kernel shape: the Q/O view ``lay`` (packed GQA or not), or with the heads
+    inside the sequence axis :func:`~.attention_spec.tensor_shape`."""
+    if spec.inner_heads > 1:
+        return tensor_shape(spec, name)
+    return (lay.batch, lay.rows, spec.dqk if name == "Q" else spec.dv)
 
 
 def _extras(spec: AttentionSpec) -> str:
@@ -197,9 +206,11 @@ def _write_pipelined_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -
     rows = f"{blk.r0}:({blk.qb} + 1) * {bm}"
     kt = blk.tile("k")
     keys = f"{kt} * {bn}:({kt} + 1) * {bn}"
-    qsrc = f"Q[bz, {rows}, :]" if dq == spec.dqk else f"Q[bz, {rows}, 0:{dq}]"
-    ksrc = f"K[{blk.kvz}, {keys}, :]" if dq == spec.dqk else f"K[{blk.kvz}, {keys}, 0:{dq}]"
-    vsrc = f"V[{blk.kvz}, {keys}, :]" if dv == spec.dv else f"V[{blk.kvz}, {keys}, 0:{dv}]"
+    qcols = ":" if dq == spec.dqk else f"0:{dq}"
+    vcols = ":" if dv == spec.dv else f"0:{dv}"
+    qsrc = tensor_ref(spec, "Q", "bz", rows, qcols)
+    ksrc = tensor_ref(spec, "K", blk.kvz, keys, qcols)
+    vsrc = tensor_ref(spec, "V", blk.kvz, keys, vcols)
     o_buf = None if split else o_staging(spec)
     e(f'Q_s = T.alloc_shared(({bm}, {dq}), "{dt}")')
     e(f'K_s = T.alloc_shared(({bn}, {dq}), "{dt}")')
@@ -240,7 +251,7 @@ def _write_pipelined_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -
     if split:
         write_partial_store(e, spec, cfg, z=blk.z, bz="bz", r0=blk.r0, rows=blk.lay.rows)
     else:
-        write_normalise_and_store(e, spec, cfg, o_buf, f"O[bz, {rows}, :]")
+        write_normalise_and_store(e, spec, cfg, o_buf, tensor_ref(spec, "O", "bz", rows))
     e.dedent()
 
 
@@ -269,7 +280,7 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
             e(f'O_part: T.Tensor(({sh}, {dv}), "float32"),')
             e(f'M_part: T.Tensor(({sh}), "float32"),')
             e(f'A_part: T.Tensor(({sh}), "float32"),')
-            e(f'O: T.Tensor(({lay.batch}, {lay.rows}, {dv}), "{dt}"),')
+            e(f'O: T.Tensor({_shape(spec, lay, "O")}, "{dt}"),')
         e("):")
         with e.indent():
             if cfg.fast_math:
@@ -310,6 +321,6 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
                 e(f"for i, j in T.Parallel({br}, {dv}):")
                 with e.indent():
                     e("acc[i, j] = acc[i, j] * w[i]")
-                e(f"T.copy(acc, O[bz, bx * {br}:(bx + 1) * {br}, :])")
+                e(f"T.copy(acc, {tensor_ref(spec, 'O', 'bz', f'bx * {br}:(bx + 1) * {br}')})")
         e()
         e(f"return {name}")

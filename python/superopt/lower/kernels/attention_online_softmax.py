@@ -48,7 +48,8 @@ from __future__ import annotations
 
 from ..cuda_rewrite import ROW_SUM_MARKER
 from ..emit import Lines
-from .attention_spec import KPOS, QBATCH, QPOS, SCORE, AttentionConfig, AttentionSpec, padded_dim
+from .attention_spec import (KPOS, QBATCH, QPOS, SCORE, AttentionConfig, AttentionSpec, padded_dim,
+                             tensor_ref)
 
 #: Above this ``|mr * c|`` a row takes the exact two-operation exponent (see above).
 FFMA_LIMIT = 16777216.0  # 2^24
@@ -278,4 +279,5 @@ def write_cluster_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig, *
                 e("cden = cden + cw")
                 e(f"cacc = cacc + T.if_then_else(cw > 0.0, cw * O_part[cz, {bz}, crow, ccol], "
                   "0.0)")
-            e(f'O[{bz}, crow, ccol] = T.Cast("{spec.dtype}", cacc * {scale})')
+            e(f'{tensor_ref(spec, "O", bz, "crow", "ccol")} = T.Cast("{spec.dtype}", '
+              f'cacc * {scale})')

@@ -95,6 +95,11 @@ class AttentionSpec:
             None: the identity.
         score_inputs: the inputs ``score_expr`` reads (:class:`ScoreInput`), the kernel's
             parameters after V.
+        inner_heads: the query heads stored inside the sequence axis (the ``[b, t, h, d]``
+            layout a QKV projection writes, FlashAttention's own): Q and O are
+            ``[batch / H, tq, H, d]`` and K, V ``[kv_batch / H', tkv, H', d]`` with ``H =
+            inner_heads`` and ``H' = H / kv_group``; batch index ``z`` is head ``z % H`` of
+            sequence ``z // H``. 1: heads outside (the layout below).
 
     Tensors are contiguous: ``Q[batch, tq, dqk]``, ``K[batch / kv_group, tkv, dqk]``,
     ``V[batch / kv_group, tkv, dv]``, ``O[batch, tq, dv]``.
@@ -118,9 +123,10 @@ class AttentionSpec:
     mask_hi: int | None = None
     score_expr: str | None = None
     score_inputs: tuple = ()
+    inner_heads: int = 1
 
     def __post_init__(self) -> None:
-        for axis in ("batch", "tq", "tkv", "dqk", "dv", "kv_group"):
+        for axis in ("batch", "tq", "tkv", "dqk", "dv", "kv_group", "inner_heads"):
             value = getattr(self, axis)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LoweringError(f"AttentionSpec.{axis} must be an int >= 1, got {value!r}")
@@ -134,6 +140,11 @@ class AttentionSpec:
         if self.batch % self.kv_group:
             raise LoweringError(f"AttentionSpec.kv_group={self.kv_group} does not divide "
                                 f"batch={self.batch}")
+        if self.inner_heads > 1 and (self.batch % self.inner_heads
+                                     or self.inner_heads % self.kv_group):
+            raise LoweringError(f"AttentionSpec.inner_heads={self.inner_heads} must divide "
+                                f"batch={self.batch} and be a multiple of "
+                                f"kv_group={self.kv_group}")
         for side in ("mask_lo", "mask_hi"):
             v = getattr(self, side)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
@@ -387,8 +398,10 @@ class AttentionConfig:
         if not lay.packed and cfg.splits == 1:
             return None
         qv, ov = (lay.batch, lay.rows, spec.dqk), (lay.batch, lay.rows, spec.dv)
-        ins = (("param", 0, qv), ("param", 1, (spec.kv_batch, spec.tkv, spec.dqk)),
-               ("param", 2, (spec.kv_batch, spec.tkv, spec.dv)))
+        if spec.inner_heads > 1:
+            qv, ov = tensor_shape(spec, "Q"), tensor_shape(spec, "O")
+        ins = (("param", 0, qv), ("param", 1, tensor_shape(spec, "K")),
+               ("param", 2, tensor_shape(spec, "V")))
         ins += tuple(("param", 3 + j, (si.extent,)) for j, si in enumerate(spec.score_inputs))
         if cfg.splits == 1:
             return LaunchPlan((spec.name,), (), (LaunchCall(spec.name, ins + (("output", ov),)),))
@@ -408,9 +421,32 @@ class AttentionConfig:
     def for_spec(self, spec: AttentionSpec) -> "AttentionConfig":
         """This configuration with the options that have no meaning for ``spec`` normalised
         (``pack_gqa`` without GQA), so that equal kernels compare equal."""
-        if self.pack_gqa and spec.kv_group == 1:
+        if self.pack_gqa and (spec.kv_group == 1 or spec.inner_heads > 1):
+            # (a group's heads are not one run of rows when the heads are inside the sequence)
             return replace(self, pack_gqa=False)
         return self
+
+
+def tensor_shape(spec: AttentionSpec, name: str) -> tuple[int, ...]:
+    """The kernel's shape of ``Q``, ``K``, ``V`` or ``O`` (see :attr:`AttentionSpec.inner_heads`;
+    packed GQA views Q and O otherwise, :func:`q_layout`)."""
+    heads = spec.inner_heads if name in ("Q", "O") else spec.inner_heads // spec.kv_group
+    batch = spec.batch if name in ("Q", "O") else spec.kv_batch
+    rows = spec.tq if name in ("Q", "O") else spec.tkv
+    d = spec.dqk if name in ("Q", "K") else spec.dv
+    if spec.inner_heads == 1:
+        return (batch, rows, d)
+    return (batch // heads, rows, heads, d)
+
+
+def tensor_ref(spec: AttentionSpec, name: str, z: str, rows: str, cols: str = ":") -> str:
+    """``name[...]`` at batch index ``z`` (an expression: ``bz``, the K/V index ``bz // 4``),
+    rows ``rows`` and feature columns ``cols`` (slices or indices as text), in the layout of
+    :func:`tensor_shape`: ``O[(bz) // 8, r0:r1, (bz) % 8, :]`` with 8 inner heads."""
+    if spec.inner_heads == 1:
+        return f"{name}[{z}, {rows}, {cols}]"
+    heads = spec.inner_heads if name in ("Q", "O") else spec.inner_heads // spec.kv_group
+    return f"{name}[({z}) // {heads}, {rows}, ({z}) % {heads}, {cols}]"
 
 
 def padded_dim(d: int) -> int:
@@ -449,7 +485,7 @@ class QLayout:
 
 def q_layout(spec: AttentionSpec, cfg: AttentionConfig) -> QLayout:
     """The Q/O view of ``spec`` under ``cfg`` (packed GQA or one query head per batch index)."""
-    if cfg.pack_gqa and spec.kv_group > 1:
+    if cfg.pack_gqa and spec.kv_group > 1 and spec.inner_heads == 1:
         return QLayout(spec.kv_batch, spec.kv_group * spec.tq, True, 1)
     return QLayout(spec.batch, spec.tq, False, spec.kv_group)
 

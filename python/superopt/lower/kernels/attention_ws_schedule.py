@@ -28,7 +28,7 @@ from .attention_online_softmax import (CLUSTER_ARRIVE, CLUSTER_COMBINE_VARS, ROW
                                        write_normalise_and_store, write_partial_store,
                                        write_score_prologue, write_softmax_update)
 from .attention_space import WS_PRODUCER_REGS, ws_blocks_per_sm, ws_consumer_registers
-from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim
+from .attention_spec import AttentionConfig, AttentionSpec, o_staging, padded_dim, tensor_ref
 
 #: Named-barrier ids used by the ping-pong schedule (TileLang takes 0..2 for itself and
 #: allocates its partial ``bar.sync`` ids upwards from 3).
@@ -71,8 +71,8 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     pp = cfg.pingpong and nwg >= 2
     split = cfg.splits > 1
     o_buf = None if split else o_staging(spec)
-    qcols = ", :" if dq == spec.dqk else f", 0:{dq}"
-    vcols = ", :" if dv == spec.dv else f", 0:{dv}"
+    qcols = ":" if dq == spec.dqk else f"0:{dq}"
+    vcols = ":" if dv == spec.dv else f"0:{dv}"
     blocks_per_sm = ws_blocks_per_sm(spec, cfg)
     nreg = ws_consumer_registers(cfg, blocks_per_sm)
     # The lean producer: one warp loads, so the full barriers expect 32 arrivals.
@@ -113,14 +113,14 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
     def load_k(kk: str) -> None:
         t = blk.tile(kk)
         e(f"T.mbarrier_wait_parity(k_empty[{stage(kk)}], {parity(kk)} ^ 1)")
-        e(f"T.tma_copy(K[{blk.kvz}, ({t}) * {bn}:({t} + 1) * {bn}{qcols}], "
+        e(f"T.tma_copy({tensor_ref(spec, 'K', blk.kvz, f'({t}) * {bn}:({t} + 1) * {bn}', qcols)}, "
           f"{kslice(stage(kk))}, barrier=k_full[{stage(kk)}])")
         e(f"T.mbarrier_arrive(k_full[{stage(kk)}])")
 
     def load_v(kk: str) -> None:
         t = blk.tile(kk)
         e(f"T.mbarrier_wait_parity(v_empty[{stage(kk)}], {parity(kk)} ^ 1)")
-        e(f"T.tma_copy(V[{blk.kvz}, ({t}) * {bn}:({t} + 1) * {bn}{vcols}], "
+        e(f"T.tma_copy({tensor_ref(spec, 'V', blk.kvz, f'({t}) * {bn}:({t} + 1) * {bn}', vcols)}, "
           f"{vslice(stage(kk))}, barrier=v_full[{stage(kk)}])")
         e(f"T.mbarrier_arrive(v_full[{stage(kk)}])")
 
@@ -228,7 +228,7 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
         if cfg.lean_producer:
             e(f"if tx < {ncons + 32}:")
             e.indent()
-        e(f"T.tma_copy(Q[bz, {rows}{qcols}], Q_s, barrier=q_full)")
+        e(f"T.tma_copy({tensor_ref(spec, 'Q', 'bz', rows, qcols)}, Q_s, barrier=q_full)")
         e("T.mbarrier_arrive(q_full)")
         load_k("0")
         if multi:
@@ -321,5 +321,5 @@ def write_ws_body(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
                 write_cluster_combine(e, spec, cfg, z=blk.z, bz="bz", r0=blk.r0,
                                       rows=blk.lay.rows, threads=ncons)
         else:
-            write_normalise_and_store(e, spec, cfg, o_buf, f"O[bz, {rows}, :]")
+            write_normalise_and_store(e, spec, cfg, o_buf, tensor_ref(spec, "O", "bz", rows))
     e.dedent()

@@ -33,8 +33,10 @@ from ...derive.plan import Plan
 from ...errors import LoweringError
 from ...ir.dag import Graph, NodeId
 from ...ir.ops import LOG2E
+from ...ir.patterns import sequence_major_layout
 from ..expr import render
-from ..kernels.attention_spec import KPOS, QBATCH, QPOS, SCORE, AttentionSpec, ScoreInput
+from ..kernels.attention_spec import (KPOS, QBATCH, QPOS, SCORE, AttentionSpec, ScoreInput,
+                                      tensor_shape)
 from ..kernels.row_launch import flat_offset, grouped_position_index
 from ..lowering import KernelLowering, axes_prod, single_output
 
@@ -144,12 +146,21 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
     qa, ka, va = g.nodes[q].axes, g.nodes[kk].axes, g.nodes[v].axes
     d_axis = s.axis
     kv_axes = ka[:-2]
+    inner_axes: tuple = ()  # the head axes inside the sequence axis ([b, t, h, d])
     if not (qa == batch_axes + (tq_axis, d_axis) and ka[-2:] == (tkv, s.axis_b)
             and va == kv_axes + (tkv, dv_axis) and s.axis_b == d_axis
             and batch_axes[:len(kv_axes)] == kv_axes):
-        raise LoweringError(f"kernel {k}: Q/K/V axes {list(qa)}/{list(ka)}/{list(va)} do not "
-                            "fit Q [B..., t, d], K/V [G..., t, d] with G... a prefix of B...",
-                            path=where)
+        found = sequence_major_layout(qa, ka, va, dom, tkv, d_axis, s.axis_b)
+        if found is None:
+            raise LoweringError(
+                f"kernel {k}: Q/K/V axes {list(qa)}/{list(ka)}/{list(va)} fit neither Q [B..., "
+                "t, d], K/V [G..., t, d] with G... a prefix of B... (heads first) nor Q [G..., "
+                "t, H..., R..., d], K/V [G..., t, H..., d] (heads inside the sequence)",
+                path=where)
+        kv_axes, tq_axis, heads, group_axes = found
+        batch_axes = kv_axes + heads + group_axes
+        kv_axes = kv_axes + heads
+        inner_axes = heads + group_axes
     # exp(X - M) or exp2((X - M) * c_e); online_parts checked M = max X
     use_exp2 = en.op == "exp2"
     arg = g.nodes[en.args[0]]
@@ -179,12 +190,13 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
                              g.size(dv_axis), scale=factor / LOG2E if use_exp2 else factor,
                              use_exp2=use_exp2, dtype=dtype, name=f"k{k}_attention",
                              kv_group=batch // kv_batch if kv_batch else 1, mask_lo=lo,
-                             mask_hi=hi, score_expr=score_expr, score_inputs=score_inputs)
+                             mask_hi=hi, score_expr=score_expr, score_inputs=score_inputs,
+                             inner_heads=max(axes_prod(g, inner_axes), 1))
     except LoweringError as err:  # e.g. an empty axis: the template needs every extent >= 1
         raise LoweringError(err.message, path=where) from None
-    params = [(q, (batch, spec.tq, spec.dqk)), (kk, (spec.kv_batch, spec.tkv, spec.dqk)),
-              (v, (spec.kv_batch, spec.tkv, spec.dv))]
+    params = [(q, tensor_shape(spec, "Q")), (kk, tensor_shape(spec, "K")),
+              (v, tensor_shape(spec, "V"))]
     params += [(node, (si.extent,)) for node, si, _ in read]
     flops = 2 * batch * spec.tq * spec.tkv * (spec.dqk + spec.dv)
-    return KernelLowering(k, "attention", spec, tuple(params), out, (batch, spec.tq, spec.dv),
+    return KernelLowering(k, "attention", spec, tuple(params), out, tensor_shape(spec, "O"),
                           flops)
