@@ -15,10 +15,12 @@
 #           and each kernel's time under torch.profiler beside torch.compile's kernels;
 #   decode  then the decode MLP through the search (its top-1 was 112.7 us against
 #           torch.compile's 93.7).
-#   contraction (written 2026-12-05, third session) the per-head output projection as one GEMM
-#           contracting (h, e): its GPU tests, then attention_out_proj through the suite (the
-#           model predicts 194.8 us for the one kernel against 1074.7 us unfused; the peers
-#           are eager and torch.compile of the literal graph).
+#   contraction (written 2026-12-05, fourth session) the per-head output projection as one
+#           GEMM contracting (h, e), and attention over [b, t, heads, d] tensors: their GPU
+#           tests, then attention_out_proj (the model predicts 194.8 us for the one kernel
+#           against 1074.7 us unfused; peers eager, torch.compile, the merged cuBLAS GEMM)
+#           and llama3_attention_bshd (peers SDPA, and FA4 in its own layout when carried)
+#           through the suite.
 #   usage (GPU machine, repo root):
 #     bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk|decode|contraction
 set -uo pipefail
@@ -56,8 +58,9 @@ case ${1:-} in
     SUITE_LIMIT=300 bash bench/gpu_suite.sh llama3_decode_mlp --budget 4 --time-budget 40 \
       --rounds 3 --processes 3 ;;
   contraction)
-    GPU_TESTS_K="contraction" bash bench/gpu_tests.sh 200 tests/python/test_gpu_gemm.py
-    SUITE_LIMIT=330 bash bench/gpu_suite.sh attention_out_proj --budget 4 --time-budget 40 \
-      --rounds 3 --processes 3 ;;
+    GPU_TESTS_K="contraction or sequence_major" bash bench/gpu_tests.sh 200 \
+      tests/python/test_gpu_gemm.py tests/python/test_gpu_attention.py
+    SUITE_LIMIT=380 bash bench/gpu_suite.sh attention_out_proj,llama3_attention_bshd \
+      --budget 4 --time-budget 40 --rounds 3 --processes 3 ;;
   *) echo "usage: $0 tests|suite|stale|splitk|decode|contraction" >&2; exit 2 ;;
 esac
