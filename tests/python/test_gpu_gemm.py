@@ -944,3 +944,17 @@ def test_grouped_query_contraction_plan(iso, tmp_path, t):
     g = b.build()
     plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
     check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)
+
+
+@pytest.mark.parametrize("w_axes", [("d", "h", "e"), ("h", "e", "d")], ids=["kn", "nk"])
+def test_per_head_projection_plan(iso, tmp_path, w_axes):
+    """``X[b, t, d] @ W[d, h, e]`` plus a residual over ``[b, t, h, e]``: one GEMM with
+    N = h·e (the projection a model writes per head), a ragged t."""
+    from superopt.derive import derive_all
+
+    b = DagBuilder("per_head_proj", [("b", 2), ("t", 300), ("d", 512), ("h", 4), ("e", 96)])
+    x, w = b.input("X", ["b", "t", "d"]), b.input("W", list(w_axes))
+    b.output(b.add(b.matmul(x, w, "d", "d"), b.input("R", ["b", "t", "h", "e"])))
+    g = b.build()
+    plan = next(d.plan for d in derive_all(g) if len(d.plan.kernels) == 1)
+    check_module_case(iso, tmp_path, g, plan, "float16", lambda c: True)

@@ -164,6 +164,48 @@ def chain_matmuls(plan: Plan, k: int, mms: list[NodeId]) -> tuple[NodeId, NodeId
     return None
 
 
+#: The one column axis several column axes of B become (:func:`_column_run`).
+_COLS = "\x00cols"
+
+
+def _column_run(g: Graph, a_node: NodeId, b_node: NodeId, r: str, dom: tuple,
+                k: int) -> tuple:
+    """B's own axes when it has several, trailing the output in the same order
+    (``X[b, t, d] @ W[d, h, e]`` is ``[b, t, h, e]``, one GEMM with N = h·e: a multi-head
+    projection written per head); ``()`` otherwise.
+
+    Raises:
+        LoweringError: those axes are not adjacent in B (``W[h, d, e]``: each head's
+            columns are a strided block of the output, no one GEMM's N)."""
+    a_axes, b_axes = g.nodes[a_node].axes, g.nodes[b_node].axes
+    own = tuple(x for x in b_axes if x not in a_axes and x != r)
+    if len(own) < 2 or len(dom) <= len(own) or dom[-len(own):] != own:
+        return ()
+    if not any(b_axes[i:i + len(own)] == own for i in range(len(b_axes))):
+        raise LoweringError(f"kernel {k}: B's column axes {list(own)} are not adjacent in B "
+                            f"{list(b_axes)}, so they are no one GEMM column; write B with "
+                            f"them together, before or after {r!r}", path=f"kernels[{k}]")
+    return own
+
+
+def _collapse(axes: tuple, run: tuple) -> tuple:
+    """``axes`` with the contiguous ``run`` (if any) as the one axis :data:`_COLS`."""
+    if not run:
+        return axes
+    at = next(i for i in range(len(axes)) if axes[i:i + len(run)] == run)
+    return axes[:at] + (_COLS,) + axes[at + len(run):]
+
+
+def _decomposed(g: Graph, run: tuple, flat: str) -> dict[str, str]:
+    """Each axis of ``run`` as text over the flat position ``flat`` along all of them."""
+    out = {}
+    for i, a in enumerate(run):
+        stride = axes_prod(g, run[i + 1:])
+        text = flat if stride == 1 else f"{flat} // {stride}"
+        out[a] = f"({text})" if i == 0 else f"(({text}) % {g.size(a)})"
+    return out
+
+
 def _check_some_config(spec: GemmSpec | GemmChainSpec) -> None:
     """A kernel no configuration fits is not lowerable (its plan must not count as one)."""
     why = no_config_reason(spec)
@@ -201,6 +243,9 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     vector = len(dom) == 1
     a_node, b_node = _operands(g, mms[0], dom, r)
     batch_axes, m_axis, n_axis = ((), None, dom[0]) if vector else (dom[:-2], dom[-2], dom[-1])
+    n_run = _column_run(g, a_node, b_node, r, dom, k)
+    if n_run:  # several column axes (W[d, h, e]): one N of h·e, positions decomposed
+        batch_axes, m_axis, n_axis = dom[:-len(n_run) - 1], dom[-len(n_run) - 1], _COLS
     if not vector and m_axis in g.nodes[b_node].axes:
         # B carries the output's second-last axis: a batch of vector-matrix products
         # (x[e, k] @ W[e, k, n], one token per expert), one row each
@@ -213,7 +258,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     if a_axes != row_axes + (r,):
         raise LoweringError(f"kernel {k}: A operand axes {list(a_axes)} are not "
                             f"[{', '.join(row_axes + (r,))}]", path=f"kernels[{k}]")
-    layout, b_start, b_end = _b_run(b_axes, batch_axes, r, n_axis, k)
+    layout, b_start, b_end = _b_run(_collapse(b_axes, n_run), batch_axes, r, n_axis, k)
     fold_batch = b_end == b_start and batch_axes != ()
     batch = 1 if fold_batch else axes_prod(g, batch_axes)
     b_batch = (None if fold_batch or (b_start, b_end) == (0, len(batch_axes))
@@ -221,7 +266,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
     # the output batches per step of B's batch index: the batch axes after B's run
     b_inner = None if fold_batch or b_start == 0 else axes_prod(g, batch_axes[b_end:])
     m = axes_prod(g, row_axes) if fold_batch else 1 if m_axis is None else g.size(m_axis)
-    n, kk = g.size(n_axis), g.size(r)
+    n, kk = axes_prod(g, n_run) if n_run else g.size(n_axis), g.size(r)
     env = {mms[0]: "{acc}"}
     b2 = None
     if len(mms) == 2:
@@ -275,7 +320,7 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
         elif in_pro and not in_epi and axes == (r,):
             k_inputs.append(a)
             pro_env[a] = field
-        elif in_epi and not in_pro and axes == (n_axis,):
+        elif in_epi and not in_pro and axes in ((n_axis,), n_run):
             col_inputs.append(a)
             env[a] = field
         elif in_epi and not in_pro and axes == dom:
@@ -293,8 +338,8 @@ def match_gemm(plan: Plan, k: int, dtype: str) -> KernelLowering:
             if r in g.nodes[n_id].axes:
                 raise LoweringError(f"kernel {k}: node {n_id} is a prologue the GEMM template "
                                     "cannot express", path=f"kernels[{k}]")
-    epi_index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", n_axis: "{col}"},
-                               fold_batch)
+    cols = _decomposed(g, n_run, "{col}") if n_run else {n_axis: "{col}"}
+    epi_index = position_index(g, batch_axes, m_axis, {m_axis: "{row}", **cols}, fold_batch)
     epilogue = _render(g, out, env, epi_index, k)
     prologue = ""
     if pro_nodes:
