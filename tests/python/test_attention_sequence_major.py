@@ -91,7 +91,10 @@ def test_layouts_that_fit_neither_are_refused():
 
 
 # ------------------------------------------------------------------------------- index text
-SPEC = AttentionSpec(batch=2 * 6, tq=40, tkv=56, dqk=16, dv=24, kv_group=3, inner_heads=6)
+SPEC = AttentionSpec(batch=2 * 6, tq=40, tkv=56, dqk=16, dv=24, kv_group=3, inner_heads=6,
+                     kv_inner_heads=2)
+#: Decode (t_q = 1): Q and O [b, 1, H, d] are heads first; K and V stay [b, s, H', d].
+MIXED = AttentionSpec(batch=2 * 6, tq=1, tkv=56, dqk=16, dv=24, kv_group=3, kv_inner_heads=2)
 
 
 def _eval_ref(text: str, arrays: dict, **names) -> np.ndarray:
@@ -99,19 +102,23 @@ def _eval_ref(text: str, arrays: dict, **names) -> np.ndarray:
     return np.asarray(eval(f"arrays[name][{index}]", {"arrays": arrays, "name": name, **names}))
 
 
-def test_every_reference_reads_the_heads_first_elements():
+@pytest.mark.parametrize("spec", [SPEC, MIXED], ids=["prefill", "decode-mixed"])
+def test_every_reference_reads_the_heads_first_elements(spec):
     """For every batch index z and a row range and column range, ``tensor_ref`` of the
     sequence-major layout reads exactly what the heads-first reference reads from the
     tensors permuted to [batch, rows, d] (Q/O: query head z; K/V: K/V head z // kv_group)."""
     rng = np.random.default_rng(0)
-    seq = {n: rng.standard_normal(tensor_shape(SPEC, n)) for n in "QKVO"}
-    flat = replace(SPEC, inner_heads=1)
-    heads_first = {n: seq[n].transpose(0, 2, 1, 3).reshape(tensor_shape(flat, n)) for n in seq}
-    for z in range(SPEC.batch):
+    seq = {n: rng.standard_normal(tensor_shape(spec, n)) for n in "QKVO"}
+    flat = replace(spec, inner_heads=1, kv_inner_heads=1)
+    heads_first = {n: (seq[n].transpose(0, 2, 1, 3) if seq[n].ndim == 4 else seq[n]).reshape(
+        tensor_shape(flat, n)) for n in seq}
+    for z in range(spec.batch):
         for n in "QKVO":
-            zz = z if n in "QO" else z // SPEC.kv_group
-            for rows, cols in (("3:17", ":"), ("0:1", "5:9"), ("r", "c")):
-                got = _eval_ref(tensor_ref(SPEC, n, "zz", rows, cols), seq, zz=zz, r=7, c=2)
+            zz = z if n in "QO" else z // spec.kv_group
+            rows_cases = (("3:17", ":"), ("0:1", "5:9"), ("r", "c")) if spec.tq > 17 or \
+                n in "KV" else (("0:1", ":"), ("0", "c"))
+            for rows, cols in rows_cases:
+                got = _eval_ref(tensor_ref(spec, n, "zz", rows, cols), seq, zz=zz, r=7, c=2)
                 want = _eval_ref(tensor_ref(flat, n, "zz", rows, cols), heads_first, zz=zz, r=7,
                                  c=2)
                 np.testing.assert_array_equal(got, want)
@@ -121,7 +128,7 @@ def test_kernel_text_differs_from_heads_first_only_in_tensor_shapes_and_indices(
     """The sequence-major kernel is the heads-first kernel with each Q/K/V/O declaration
     and reference rewritten, and nothing else (so the GPU-checked schedule stays the one
     that runs)."""
-    flat = replace(SPEC, inner_heads=1)
+    flat = replace(SPEC, inner_heads=1, kv_inner_heads=1)
     cfg = AttentionConfig(block_m=64, block_n=64, stages=2, threads=256, schedule="ws")
     seq_src, flat_src = attention_source(SPEC, cfg), attention_source(flat, cfg)
     pattern = re.compile(r"\b([QKVO])\[\(([^()]*)\) // \d+, ([^,\[\]]*), \(\2\) % \d+, ")
@@ -148,7 +155,7 @@ def test_sequence_major_kernels_lower_to_cuda(tmp_path: Path, cfg):
     from superopt.lower import tl
 
     spec = AttentionSpec(batch=2 * 8, tq=300, tkv=700, dqk=128, dv=128, kv_group=4,
-                         inner_heads=8, mask_lo=-400, scale=0.088)
+                         inner_heads=8, kv_inner_heads=2, mask_lo=-400, scale=0.088)
     src = attention_source(spec, cfg)
     assert 'Q: T.Tensor((2, 300, 8, 128), "float16")' in src
     path = tmp_path / "attn.py"
@@ -167,18 +174,48 @@ def test_sequence_major_kernels_lower_to_cuda(tmp_path: Path, cfg):
 
 def test_packed_gqa_is_not_offered():
     """A K/V group's query heads are not one run of rows when the heads are inside the
-    sequence axis, so the space offers no packed form (and a packed config normalises)."""
+    sequence axis, so the space offers no packed form, nor twins that normalise to the
+    unpacked one (and a packed config normalises)."""
     space = attention_config_space(SPEC)
-    assert space and not any(c.for_spec(SPEC).pack_gqa for c in space)
+    assert space and not any(c.pack_gqa for c in space)
+    assert len({c.for_spec(SPEC) for c in space}) == len(space)
     cfg = AttentionConfig(block_m=64, block_n=64, stages=2, threads=256, pack_gqa=True)
     assert not cfg.for_spec(SPEC).pack_gqa
     assert "pack" not in attention_source(SPEC, cfg).split('"""')[1]
 
 
 def test_spec_refuses_heads_the_group_does_not_divide():
-    with pytest.raises(LoweringError, match="inner_heads=4 must divide batch=12 and be a "
-                                            "multiple of kv_group=3"):
-        AttentionSpec(batch=12, tq=4, tkv=4, dqk=16, dv=16, kv_group=3, inner_heads=4)
+    with pytest.raises(LoweringError, match="inner_heads=4 must be kv_inner_heads=2 times "
+                                            "kv_group=3"):
+        AttentionSpec(batch=12, tq=4, tkv=4, dqk=16, dv=16, kv_group=3, inner_heads=4,
+                      kv_inner_heads=2)
+    with pytest.raises(LoweringError, match="kv_inner_heads=3 does not divide the 4 K/V"):
+        AttentionSpec(batch=12, tq=4, tkv=4, dqk=16, dv=16, kv_group=3, kv_inner_heads=3)
+
+
+def test_mqa_with_a_causal_mask_takes_the_sequence_axis_for_the_queries():
+    """Q[b, t, h, d] over K/V[b, s, d] reads heads first too (t a batch axis, h the rows); a
+    band over t then has no row position, so the layout whose query axis is t is taken."""
+    bl = DagBuilder("mqa", [("b", 2), ("t", 100), ("s", 100), ("h", 8), ("d", 64)])
+    q = bl.input("Q", ["b", "t", "h", "d"])
+    k, v = bl.input("K", ["b", "s", "d"]), bl.input("V", ["b", "s", "d"])
+    x = bl.select(bl.band("t", "s", lo=0), bl.matmul(q, k, "d", "d"), bl.const(-math.inf))
+    bl.output(bl.matmul(softmax_subdag(bl, x, "s"), v, "s", "s"))
+    s = _one_kernel(bl.build()).spec
+    assert (s.batch, s.tq, s.inner_heads, s.kv_inner_heads, s.kv_group, s.mask_lo) == (
+        16, 100, 8, 1, 8, 0)
+
+
+def test_decode_reads_q_heads_first_and_packs_the_group():
+    """At t = 1, Q and O [b, 1, g, r, d] are [b·g·r, 1, d]: packed GQA applies (each K/V
+    head read once per group) while K and V stay [b, s, g, d]."""
+    kl = _one_kernel(bshd_graph(t=1, s=512))
+    s = kl.spec
+    assert (s.inner_heads, s.kv_inner_heads, s.kv_group) == (1, 2, 3)
+    assert [v for _, v in kl.params[:3]] == [(12, 1, 64), (2, 512, 2, 64), (2, 512, 2, 64)]
+    space = attention_config_space(s)
+    assert any(c.pack_gqa for c in space)
+    assert space == attention_config_space(replace(s, kv_inner_heads=1))  # as heads first
 
 
 # ------------------------------------------------------------------------------------ peers
@@ -207,7 +244,40 @@ def test_sdpa_peers_take_the_layout_as_strided_views(r, causal):
     assert relative_error(out, torch.from_numpy(np.asarray(ref))) < 1e-5
 
 
-def test_a_bias_in_the_layout_has_no_sdpa_peer():
+def test_a_bias_in_the_layout_has_no_sdpa_peer_but_is_checked_on_key_padding():
+    """SDPA takes no bias view of this layout, so no vendor peer is offered; the candidates
+    are still checked on the key-padding input set (-inf masks, a fully masked row)."""
+    from superopt.ir.numerics import key_padding_sets
     from superopt.ir.patterns import attention_pattern
+    from superopt.run import peers
 
-    assert attention_pattern(bshd_graph(t=8, s=8, padding_mask=True)) is None
+    g = bshd_graph(t=8, s=8, padding_mask=True)
+    p = attention_pattern(g)
+    assert p.seq_major == 2 and p.bias is not None and p.split == 0
+    assert peers.peer_names(g) == ["eager", *peers.COMPILE_PEERS]
+    (kp,) = key_padding_sets(g)
+    assert (kp.mask, kp.key_axis) == ("M", "s")
+
+
+def test_mqa_causal_peer_is_the_graph():
+    """Q[b, t, h, d] over K/V[b, s, d] with a causal band over t: the SDPA peer reads the
+    sequence-major layout (queries along t), equal to the float64 semantics."""
+    import torch
+
+    from superopt.ir.patterns import attention_pattern
+    from superopt.ir.semantics import evaluate, relative_error
+    from superopt.run import peers
+
+    bl = DagBuilder("mqa", [("b", 2), ("t", 9), ("s", 9), ("h", 4), ("d", 8)])
+    q = bl.input("Q", ["b", "t", "h", "d"])
+    k, v = bl.input("K", ["b", "s", "d"]), bl.input("V", ["b", "s", "d"])
+    x = bl.select(bl.band("t", "s", lo=0), bl.matmul(q, k, "d", "d"), bl.const(-math.inf))
+    bl.output(bl.matmul(softmax_subdag(bl, x, "s"), v, "s", "s"))
+    g = bl.build()
+    p = attention_pattern(g)
+    assert (p.seq_major, p.heads, p.kv_heads, p.t_q, p.causal) == (2, 8, 2, 9, True)
+    gen = torch.Generator().manual_seed(1)
+    x = {n: torch.randn(sh, generator=gen) for n, sh in g.inputs}
+    ref = evaluate(g, {n: t.double().numpy() for n, t in x.items()})
+    out = peers._sdpa(g, p, "MATH")(*[x[n] for n, _ in g.inputs])
+    assert relative_error(out, torch.from_numpy(np.asarray(ref))) < 1e-5

@@ -260,7 +260,7 @@ def key_padding_sets(graph: Graph) -> list[InputSet]:
     if p is None or p.bias is None:
         return []
     node = graph.nodes[p.bias]
-    t_kv = graph.nodes[p.k].axes[-2]
+    t_kv = graph.nodes[graph.outputs[0]].axis  # (P @ V's contracted axis, in either layout)
     if t_kv not in node.axes:
         return []
     return [KeyPaddingSet("key padding (-inf)", input_scales(graph),

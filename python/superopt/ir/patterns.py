@@ -85,9 +85,10 @@ class AttentionPattern:
     ``attn_mask``), its axes in the scores' order, with no band beside it; ``split``: how
     many leading batch axes form SDPA's batch dimension so that the bias broadcasts as a
     view (``[B1 | 1, H | 1, t_q | 1, t_kv | 1]``; 0 without a bias: ``[1, heads]``).
-    ``seq_major``: with the heads inside the sequence axis (:func:`sequence_major_layout`,
-    no bias), the sequences ``G...`` flattened: Q is ``[seq_major, t_q, heads / seq_major,
-    d]`` (FlashAttention's layout, SDPA's transposed), K and V likewise; 0: heads first."""
+    ``seq_major``: with the heads inside the sequence axis (:func:`sequence_major_layout`),
+    the sequences ``G...`` flattened: Q is ``[seq_major, t_q, heads / seq_major, d]``
+    (FlashAttention's layout, SDPA's transposed), K and V likewise (a bias there has no
+    SDPA view: ``split`` 0, and no vendor peer takes it); 0: heads first."""
 
     q: NodeId
     k: NodeId
@@ -196,8 +197,9 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
         return None
     # the band's query axis: the axis before t_kv (heads first) or another one (heads
     # inside the sequence); checked against Q's once Q is known
-    mask = next((m for a in (xa[xa.index(t_kv) - 1], *xa) if a != t_kv
-                 for m in (_masked_scores(g, x, a, t_kv),) if m is not None), None)
+    found_mask = next(((a, m) for a in (xa[xa.index(t_kv) - 1], *xa) if a != t_kv
+                       for m in (_masked_scores(g, x, a, t_kv),) if m is not None), None)
+    mask_axis, mask = found_mask if found_mask is not None else (None, None)
     if mask is not None:
         x = mask[0]
     bias = None
@@ -223,10 +225,12 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     kv_batch = ka[:-2]
     d_v = va[-1]
     seq_major = 0
-    if batch[:len(kv_batch)] != kv_batch or ka != (*kv_batch, t_kv, d) or \
-            va != (*kv_batch, t_kv, d_v) or o.axes != (*batch, t_q, d_v):
-        found = sequence_major_layout(qa, ka, va, o.axes, t_kv, d, sn.axis_b)
-        if found is None or bias is not None:
+    heads_first = not (batch[:len(kv_batch)] != kv_batch or ka != (*kv_batch, t_kv, d) or
+                       va != (*kv_batch, t_kv, d_v) or o.axes != (*batch, t_q, d_v))
+    found = sequence_major_layout(qa, ka, va, o.axes, t_kv, d, sn.axis_b)
+    # (Q[b, t, h, d] over K/V[b, s, d] reads both ways: a band over t picks the layout)
+    if not heads_first or (found is not None and mask is not None and mask_axis != t_q):
+        if found is None:
             return None
         outer, t_q, heads_ax, group = found
         batch, kv_batch = outer + heads_ax + group, outer + heads_ax
@@ -239,7 +243,7 @@ def attention_pattern(graph: Graph) -> AttentionPattern | None:
     kv_heads = math.prod(g.size(x) for x in kv_batch)
     lo, hi = (mask[1], mask[2]) if mask is not None else (None, None)
     split = 0
-    if bias is not None:
+    if bias is not None and not seq_major:  # (SDPA takes no bias of that layout: no split)
         split = _bias_split(g.nodes[bias].axes, batch, kv_batch, t_q, t_kv)
         if split is None:
             return None

@@ -408,7 +408,7 @@ def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]
         out["cuBLAS"] = lambda: _cublas(graph, g)
         out["quack GEMM"] = lambda: _quack_gemm(graph, g)
     a = attention_pattern(graph)
-    if a is not None:
+    if a is not None and not (a.seq_major and a.bias is not None):
         for name, backend in (SDPA_PEERS if a.bias is None else SDPA_BIAS_PEERS).items():
             out[name] = (lambda b=backend: _sdpa(graph, a, b))
         if a.bias is None:  # FA4's forward takes no additive bias

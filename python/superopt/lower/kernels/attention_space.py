@@ -266,7 +266,8 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     for bm, bn, st, th in [(128, 128, 2, 256), (128, 64, 2, 256), (64, 64, 2, 128)]:
         cands.append(AttentionConfig(block_m=bm, block_n=bn, stages=st, threads=th,
                                      schedule="pipelined"))
-    if spec.kv_group > 1:
+    packable = spec.kv_group > 1 and spec.inner_heads == 1  # (a group's rows are one run)
+    if packable:
         # PackGQA: the heads of a K/V group share a block (K/V read once per group)
         cands += [replace(c, pack_gqa=True) for c in cands]
     cands += _split_variants(spec, cands)
@@ -276,7 +277,7 @@ def attention_config_space(spec: AttentionSpec) -> list[AttentionConfig]:
     if spec.tkv <= 64:
         small = [c for c in kept if c.block_n <= 64]
         kept = small or kept
-    if spec.tq <= 64 and spec.kv_group == 1:
+    if spec.tq <= 64 and not packable:
         small = [c for c in kept if c.block_m <= 64]
         kept = small or kept
     order = {c: i for i, c in enumerate(kept)}

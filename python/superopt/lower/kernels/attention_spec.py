@@ -97,9 +97,11 @@ class AttentionSpec:
             parameters after V.
         inner_heads: the query heads stored inside the sequence axis (the ``[b, t, h, d]``
             layout a QKV projection writes, FlashAttention's own): Q and O are
-            ``[batch / H, tq, H, d]`` and K, V ``[kv_batch / H', tkv, H', d]`` with ``H =
-            inner_heads`` and ``H' = H / kv_group``; batch index ``z`` is head ``z % H`` of
-            sequence ``z // H``. 1: heads outside (the layout below).
+            ``[batch / H, tq, H, d]`` with ``H = inner_heads``, batch index ``z`` being head
+            ``z % H`` of sequence ``z // H``; it is then ``kv_inner_heads · kv_group``.
+            1: Q and O heads first (the layout below; at ``tq = 1`` the two are one).
+        kv_inner_heads: the same for K and V, ``[kv_batch / H', tkv, H', d]`` with ``H' =
+            kv_inner_heads`` (K/V index ``z // kv_group``); 1: heads first.
 
     Tensors are contiguous: ``Q[batch, tq, dqk]``, ``K[batch / kv_group, tkv, dqk]``,
     ``V[batch / kv_group, tkv, dv]``, ``O[batch, tq, dv]``.
@@ -124,9 +126,11 @@ class AttentionSpec:
     score_expr: str | None = None
     score_inputs: tuple = ()
     inner_heads: int = 1
+    kv_inner_heads: int = 1
 
     def __post_init__(self) -> None:
-        for axis in ("batch", "tq", "tkv", "dqk", "dv", "kv_group", "inner_heads"):
+        for axis in ("batch", "tq", "tkv", "dqk", "dv", "kv_group", "inner_heads",
+                     "kv_inner_heads"):
             value = getattr(self, axis)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LoweringError(f"AttentionSpec.{axis} must be an int >= 1, got {value!r}")
@@ -140,10 +144,12 @@ class AttentionSpec:
         if self.batch % self.kv_group:
             raise LoweringError(f"AttentionSpec.kv_group={self.kv_group} does not divide "
                                 f"batch={self.batch}")
-        if self.inner_heads > 1 and (self.batch % self.inner_heads
-                                     or self.inner_heads % self.kv_group):
-            raise LoweringError(f"AttentionSpec.inner_heads={self.inner_heads} must divide "
-                                f"batch={self.batch} and be a multiple of "
+        if self.kv_batch % self.kv_inner_heads:
+            raise LoweringError(f"AttentionSpec.kv_inner_heads={self.kv_inner_heads} does not "
+                                f"divide the {self.kv_batch} K/V heads")
+        if self.inner_heads > 1 and self.inner_heads != self.kv_inner_heads * self.kv_group:
+            raise LoweringError(f"AttentionSpec.inner_heads={self.inner_heads} must be "
+                                f"kv_inner_heads={self.kv_inner_heads} times "
                                 f"kv_group={self.kv_group}")
         for side in ("mask_lo", "mask_hi"):
             v = getattr(self, side)
@@ -398,7 +404,7 @@ class AttentionConfig:
         if not lay.packed and cfg.splits == 1:
             return None
         qv, ov = (lay.batch, lay.rows, spec.dqk), (lay.batch, lay.rows, spec.dv)
-        if spec.inner_heads > 1:
+        if spec.inner_heads > 1:  # (never packed)
             qv, ov = tensor_shape(spec, "Q"), tensor_shape(spec, "O")
         ins = (("param", 0, qv), ("param", 1, tensor_shape(spec, "K")),
                ("param", 2, tensor_shape(spec, "V")))
@@ -428,13 +434,14 @@ class AttentionConfig:
 
 
 def tensor_shape(spec: AttentionSpec, name: str) -> tuple[int, ...]:
-    """The kernel's shape of ``Q``, ``K``, ``V`` or ``O`` (see :attr:`AttentionSpec.inner_heads`;
-    packed GQA views Q and O otherwise, :func:`q_layout`)."""
-    heads = spec.inner_heads if name in ("Q", "O") else spec.inner_heads // spec.kv_group
+    """The kernel's shape of ``Q``, ``K``, ``V`` or ``O`` (see :attr:`AttentionSpec.inner_heads`
+    and :attr:`~AttentionSpec.kv_inner_heads`; packed GQA views Q and O otherwise,
+    :func:`q_layout`)."""
+    heads = spec.inner_heads if name in ("Q", "O") else spec.kv_inner_heads
     batch = spec.batch if name in ("Q", "O") else spec.kv_batch
     rows = spec.tq if name in ("Q", "O") else spec.tkv
     d = spec.dqk if name in ("Q", "K") else spec.dv
-    if spec.inner_heads == 1:
+    if heads == 1:
         return (batch, rows, d)
     return (batch // heads, rows, heads, d)
 
@@ -443,9 +450,9 @@ def tensor_ref(spec: AttentionSpec, name: str, z: str, rows: str, cols: str = ":
     """``name[...]`` at batch index ``z`` (an expression: ``bz``, the K/V index ``bz // 4``),
     rows ``rows`` and feature columns ``cols`` (slices or indices as text), in the layout of
     :func:`tensor_shape`: ``O[(bz) // 8, r0:r1, (bz) % 8, :]`` with 8 inner heads."""
-    if spec.inner_heads == 1:
+    heads = spec.inner_heads if name in ("Q", "O") else spec.kv_inner_heads
+    if heads == 1:
         return f"{name}[{z}, {rows}, {cols}]"
-    heads = spec.inner_heads if name in ("Q", "O") else spec.inner_heads // spec.kv_group
     return f"{name}[({z}) // {heads}, {rows}, ({z}) % {heads}, {cols}]"
 
 

@@ -146,21 +146,31 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
     qa, ka, va = g.nodes[q].axes, g.nodes[kk].axes, g.nodes[v].axes
     d_axis = s.axis
     kv_axes = ka[:-2]
-    inner_axes: tuple = ()  # the head axes inside the sequence axis ([b, t, h, d])
-    if not (qa == batch_axes + (tq_axis, d_axis) and ka[-2:] == (tkv, s.axis_b)
-            and va == kv_axes + (tkv, dv_axis) and s.axis_b == d_axis
-            and batch_axes[:len(kv_axes)] == kv_axes):
-        found = sequence_major_layout(qa, ka, va, dom, tkv, d_axis, s.axis_b)
+    heads_first = (qa == batch_axes + (tq_axis, d_axis) and ka[-2:] == (tkv, s.axis_b)
+                   and va == kv_axes + (tkv, dv_axis) and s.axis_b == d_axis
+                   and batch_axes[:len(kv_axes)] == kv_axes)
+    found = sequence_major_layout(qa, ka, va, dom, tkv, d_axis, s.axis_b)
+    # Q[b, t, h, d] over K/V[b, s, d] (MQA) reads both ways; a band over t picks the layout
+    # whose query axis is t
+    band_rows = {a for n in kern.nodes if g.nodes[n].op == "select"
+                 for c in g.nodes[n].args[:1] if g.nodes[c].op == "band"
+                 for a in (g.nodes[c].axis, g.nodes[c].axis_b) if a != tkv}
+    if found is not None and (not heads_first or band_rows - {tq_axis}):
+        heads_first = False
+    inner_q = inner_kv = 1  # the head axes' extents inside the sequence axis ([b, t, h, d])
+    if not heads_first:
         if found is None:
             raise LoweringError(
-                f"kernel {k}: Q/K/V axes {list(qa)}/{list(ka)}/{list(va)} fit neither Q [B..., "
-                "t, d], K/V [G..., t, d] with G... a prefix of B... (heads first) nor Q [G..., "
-                "t, H..., R..., d], K/V [G..., t, H..., d] (heads inside the sequence)",
-                path=where)
+                f"kernel {k}: Q/K/V/O axes {list(qa)}/{list(ka)}/{list(va)}/{list(dom)} fit "
+                "neither Q [B..., t, d], K/V [G..., t, d], O [B..., t, e] with G... a prefix "
+                "of B... (heads first) nor Q [G..., t, H..., R..., d], K/V [G..., t, H..., d], "
+                "O [G..., t, H..., R..., e] (heads inside the sequence)", path=where)
         kv_axes, tq_axis, heads, group_axes = found
         batch_axes = kv_axes + heads + group_axes
         kv_axes = kv_axes + heads
-        inner_axes = heads + group_axes
+        inner_kv = max(axes_prod(g, heads), 1)
+        # at t = 1, Q and O [G, 1, H, d] are [G·H, 1, d], heads first (packed GQA applies)
+        inner_q = max(axes_prod(g, heads + group_axes), 1) if g.size(tq_axis) != 1 else 1
     # exp(X - M) or exp2((X - M) * c_e); online_parts checked M = max X
     use_exp2 = en.op == "exp2"
     arg = g.nodes[en.args[0]]
@@ -191,7 +201,7 @@ def match_attention(plan: Plan, k: int, dtype: str) -> KernelLowering:
                              use_exp2=use_exp2, dtype=dtype, name=f"k{k}_attention",
                              kv_group=batch // kv_batch if kv_batch else 1, mask_lo=lo,
                              mask_hi=hi, score_expr=score_expr, score_inputs=score_inputs,
-                             inner_heads=max(axes_prod(g, inner_axes), 1))
+                             inner_heads=inner_q, kv_inner_heads=inner_kv)
     except LoweringError as err:  # e.g. an empty axis: the template needs every extent >= 1
         raise LoweringError(err.message, path=where) from None
     params = [(q, tensor_shape(spec, "Q")), (kk, tensor_shape(spec, "K")),
