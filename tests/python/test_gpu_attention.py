@@ -475,4 +475,13 @@ def test_sequence_major_attention(dtype):
     dec = _bshd_graph(b=2, g=8, r=4, tq=1, tkv=4096)
     check_graph(dec, dtype, lambda space, m: (
         [c for c in space if c["k0.splits"] > 1 and not c["k0.cluster_combine"]][:2] +
-        [c for c in space if c["k0.cluster_combine"]][:2]))
+        [c for c in space if c["k0.cluster_combine"]][:2] +
+        [c for c in space if c["k0.pack_gqa"]][:1]))
+    # MQA, Q[b, t, h, d] over K/V[b, s, d], causal over t: the queries run along t
+    bld = DagBuilder("mqa_bshd_gpu", [("b", 2), ("t", 300), ("s", 300), ("h", 8), ("d", 64)])
+    q = bld.input("Q", ["b", "t", "h", "d"])
+    k, v = bld.input("K", ["b", "s", "d"]), bld.input("V", ["b", "s", "d"])
+    x = bld.select(bld.band("t", "s", lo=0), bld.mul(bld.matmul(q, k, "d", "d"),
+                                                     bld.const(0.125)), bld.const(-math.inf))
+    bld.output(bld.matmul(softmax_subdag(bld, x, "s"), v, "s", "s"))
+    check_graph(bld.build(), dtype, _top(2))
