@@ -171,13 +171,8 @@ def test_plans_emulated_match_evaluate(layout):
                 continue
             cfg = GemmConfig(64, 64, 32, 2, 128)
             check_config(kl.spec, cfg)
-            params = [np.asarray(values[n], np.float64).reshape(v).copy() for n, v in kl.params]
-            outs = [np.full(v, 12345.0) for _, v in kl.outputs]
-            log = tl_emulator.run_kernel(FAMILIES["gemm"], kl, cfg, params, outs)
-            assert not log.reads and not log.writes
-            want = np.asarray(values[kl.output], np.float64).reshape(kl.output_view)
-            np.testing.assert_allclose(outs[0], want, rtol=1e-9, atol=1e-9,
-                                       err_msg=d.derivation.id)
+            tl_emulator.check_kernel_on_values(FAMILIES["gemm"], kl, cfg, values,
+                                               d.derivation.id)
             contracted += kl.spec.k == 3 * 64
     assert contracted >= 1
     # heads first reads A per head; a contiguous K is a plain GEMM over h·e
@@ -322,12 +317,7 @@ def test_grouped_query_heads_one_gemm_emulated(t, k_outer, view):
     x = {n: np.random.default_rng(0).standard_normal(sh) for n, sh in g.inputs}
     values = evaluate(one.plan.graph, x, all_nodes=True)
     cfg = GemmConfig(64, 64, 32, 2, 128)
-    params = [np.asarray(values[n], np.float64).reshape(v).copy() for n, v in kl.params]
-    outs = [np.full(v, 12345.0) for _, v in kl.outputs]
-    log = tl_emulator.run_kernel(FAMILIES["gemm"], kl, cfg, params, outs)
-    assert not log.reads and not log.writes
-    np.testing.assert_allclose(outs[0], np.asarray(values[kl.output]).reshape(kl.output_view),
-                               rtol=1e-9, atol=1e-9)
+    tl_emulator.check_kernel_on_values(FAMILIES["gemm"], kl, cfg, values, "")
 
 
 def test_a_head_order_b_does_not_share_is_refused():
@@ -434,12 +424,8 @@ def test_a_per_head_projection_is_one_gemm(w_axes, epilogue):
                 continue
             assert (kl.spec.m, kl.spec.n, kl.spec.k) == (140, 144, 128)
             cfg = GemmConfig(64, 64, 64, 2, 128)
-            params = [np.asarray(values[n], np.float64).reshape(v).copy() for n, v in kl.params]
-            outs = [np.full(v, 12345.0) for _, v in kl.outputs]
-            log = tl_emulator.run_kernel(FAMILIES["gemm"], kl, cfg, params, outs)
-            assert not log.reads and not log.writes
-            np.testing.assert_allclose(outs[0], np.asarray(values[kl.output]).reshape(
-                kl.output_view), rtol=1e-9, atol=1e-9, err_msg=d.derivation.id)
+            tl_emulator.check_kernel_on_values(FAMILIES["gemm"], kl, cfg, values,
+                                               d.derivation.id)
             fused += len(d.plan.kernels) == 1
     assert fused == 1
 

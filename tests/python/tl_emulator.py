@@ -242,3 +242,15 @@ def run_launches(source: str, name: str, plan, params: list[np.ndarray],
         log.reads += one.reads
         log.writes += one.writes
     return log
+
+
+def check_kernel_on_values(family, kl, cfg, values: dict, err_msg: str = "") -> None:
+    """Emulate matched kernel ``kl`` (``run_kernel``) on a plan's own intermediate values
+    (``evaluate(graph, x, all_nodes=True)``: its parameters read from them) and assert it
+    writes ``values[kl.output]`` (float64, 1e-9) with no access out of bounds."""
+    params = [np.asarray(values[n], np.float64).reshape(v).copy() for n, v in kl.params]
+    outs = [np.full(v, 12345.0) for _, v in kl.outputs]
+    log = run_kernel(family, kl, cfg, params, outs)
+    assert not log.reads and not log.writes, (err_msg, log.reads[:3], log.writes[:3])
+    want = np.asarray(values[kl.output], np.float64).reshape(kl.output_view)
+    np.testing.assert_allclose(outs[0], want, rtol=1e-9, atol=1e-9, err_msg=err_msg)
