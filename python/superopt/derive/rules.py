@@ -48,9 +48,10 @@ Schedule rules change the kernels, never the graph:
   its epilogue, read only by ``c``) joins ``c`` (a matmul contracting ``p``'s axis ``h``);
   completion streams ``h`` and the intermediate never leaves the chip.
 * ``fuse_contraction`` — site ``(p, c)``: ``c`` sums over an axis ``h`` that both operands of
-  ``p``'s matmul (over ``e``) carry, its only reader: one kernel contracting ``(h, e)``
-  (``Σ_h O[b, h, t, e] · W[h, e, d]``, a multi-head output projection); completion streams
-  ``h`` and the per-head products never leave the chip.
+  ``p``'s matmul (over ``e``) carry, ``p`` computing that matmul (or a sum of it over another
+  such axis), read only by ``c``: one kernel contracting ``(h, e)`` (``Σ_h O[b, h, t, e] ·
+  W[h, e, d]``, a multi-head output projection; ``Σ_g Σ_r`` in two steps); completion
+  streams ``h`` and the per-head products never leave the chip.
 * ``split_kernel`` — site ``(k, n)``: a per-row reduction ``n`` of kernel ``k`` and the
   per-row chain after it move to their own kernel and are materialised (FlashNorm's
   two-kernel form).

@@ -3,7 +3,7 @@
 A vendor library implements some structures directly: a plain GEMM (cuBLAS, quack),
 attention (SDPA, FlashAttention), RMSNorm rows (quack, optionally after a residual add and
 before a GEMM), softmax rows (quack), the SwiGLU gate/up GEMM pair (quack's gated GEMM), a
-contraction over two axes (cuBLAS once they are merged into one K, as a model's
+contraction over several axes (cuBLAS once they are merged into one K, as a model's
 ``transpose(1, 2).reshape`` does). :func:`gemm_pattern`, :func:`attention_pattern`,
 :func:`rmsnorm_pattern`, :func:`softmax_pattern`, :func:`swiglu_pattern` and
 :func:`contraction_pattern` say whether a graph *is* such a

@@ -181,7 +181,7 @@ def _column_run(g: Graph, a_node: NodeId, b_node: NodeId, r: str, dom: tuple,
     own = tuple(x for x in b_axes if x not in a_axes and x != r)
     if len(own) < 2 or len(dom) <= len(own) or dom[-len(own):] != own:
         return ()
-    if not any(b_axes[i:i + len(own)] == own for i in range(len(b_axes))):
+    if _run_of(b_axes, own) is None:
         raise LoweringError(f"kernel {k}: B's column axes {list(own)} are not adjacent in B "
                             f"{list(b_axes)}, so they are no one GEMM column; write B with "
                             f"them together, before or after {r!r}", path=f"kernels[{k}]")
@@ -190,10 +190,8 @@ def _column_run(g: Graph, a_node: NodeId, b_node: NodeId, r: str, dom: tuple,
 
 def _collapse(axes: tuple, run: tuple) -> tuple:
     """``axes`` with the contiguous ``run`` (if any) as the one axis :data:`_COLS`."""
-    if not run:
-        return axes
-    at = next(i for i in range(len(axes)) if axes[i:i + len(run)] == run)
-    return axes[:at] + (_COLS,) + axes[at + len(run):]
+    at = _run_of(axes, run) if run else None
+    return axes if at is None else axes[:at] + (_COLS,) + axes[at + len(run):]
 
 
 def _decomposed(g: Graph, run: tuple, flat: str) -> dict[str, str]:
