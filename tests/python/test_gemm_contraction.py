@@ -401,18 +401,21 @@ def _qkv(w_axes=("d", "h", "e"), epilogue=None, sizes=(("b", 2), ("t", 70), ("d"
         q = g.select(g.band("t", "e", lo=0), q, g.const(0.0))
     elif epilogue == "row_scale":
         q = g.mul(q, g.input("s", ["b", "t"]))
+    elif epilogue == "bias":  # a bias over the head block of columns (Qwen's q_proj bias)
+        q = g.add(q, g.input("bias", ["h", "e"]))
     g.output(q)
     return g.build()
 
 
 @pytest.mark.parametrize("w_axes,epilogue", [
     (("d", "h", "e"), None), (("h", "e", "d"), None), (("d", "h", "e"), "residual"),
-    (("d", "h", "e"), "band"), (("h", "e", "d"), "row_scale"),
-], ids=["kn", "nk", "residual", "band", "row-scale"])
+    (("d", "h", "e"), "band"), (("h", "e", "d"), "row_scale"), (("d", "h", "e"), "bias"),
+], ids=["kn", "nk", "residual", "band", "row-scale", "bias-over-heads"])
 def test_a_per_head_projection_is_one_gemm(w_axes, epilogue):
     """``X[b, t, d] @ W[d, h, e]`` (or ``W[h, e, d]``) is ``[b, t, h, e]``: one GEMM with
     N = h·e, the batch folded into the rows; epilogue positions along h and e decomposed
-    from the column. Every plan, emulated, against ``evaluate``."""
+    from the column, a bias over ``[h, e]`` a column input (``fuse_epilogue`` takes a
+    block of columns). Every plan, emulated, against ``evaluate``."""
     g = _qkv(w_axes, epilogue)
     x = {n: np.random.default_rng(1).standard_normal(sh) for n, sh in g.inputs}
     fused = 0

@@ -584,20 +584,27 @@ def epiloguePosition (p : Plan) (pk c : Nat) : Option Nat :=
   else if !readersBetween p pk c then some c
   else none
 
+/-- Whether `axes` are the last `axes.length ≥ 1` axes of `dom`, in order: a column vector
+(`[n]`), a block of columns (a bias `[h, e]` of `[b, t, h, e]`) or the whole domain (a
+residual) (Python: `_domain_suffix`). -/
+def domainSuffix (axes dom : List Axis) : Bool :=
+  !axes.isEmpty && decide (axes.length ≤ dom.length) &&
+    dom.drop (dom.length - axes.length) == axes
+
 /-- Sites of `fuse_epilogue`: `[p, c]` for an elementwise kernel `c` reading kernel `p` (not
 elementwise only) over the same domain, its reads being `p`'s fragments (outside `p`'s
 streamed loop), row vectors and, when `p` writes each output element once from registers
 (not online, and neither streaming nor reducing an axis of its domain: a GEMM, a row or
-column reduction), column vectors (axes exactly the
-domain's last axis: the bias of `X @ W + b`) and tensors over the whole domain (the residual
-of `X + H @ W` or of `X + Σ_k G·Y`). -/
+column reduction), tensors over a suffix of the domain's axes (`domainSuffix`): column
+vectors (`[last axis]`: the bias of `X @ W + b`), blocks of columns (the bias `[h, e]` of a
+projection written per head, `[b, t, h, e]`) and the whole domain (the residual of
+`X + H @ W` or of `X + Σ_k G·Y`). -/
 def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   for c in [0:p.kernels.size] do
     if !elementwiseOnly p c then continue
     let dom := p.domain c
     let rowAxes := dom.take (dom.length - 1)
-    let colAxes := dom.drop (dom.length - 1)
     let ext := p.externalArgs c
     let producers := sortNats (ext.toList.filterMap fun a => p.owner a)
     for pk in producers do
@@ -606,7 +613,7 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
       if p.domain pk != dom || elementwiseOnly p pk then continue
       -- not online, and neither streaming nor reducing an axis of its own domain (a kernel
       -- that does is row-fused): each output element leaves registers once, so its
-      -- epilogue may read column vectors and residuals
+      -- epilogue may read column vectors, column blocks and residuals
       let rowFused : Bool := match kp.stream with
         | some st => dom.contains st
         | none => false
@@ -621,12 +628,11 @@ def fuseEpilogueSites (p : Plan) : Array Site := Id.run do
         let inLoop : Bool := match kp.stream with
           | some st => (p.axesOf a).contains st
           | none => false
-        -- from elsewhere: a row vector of the domain, or (from registers) a column vector
-        -- or a residual
+        -- from elsewhere: a row vector of the domain, or (from registers) a tensor over a
+        -- suffix of the domain: a column vector, a block of columns or a residual
         let rowVector : Bool := (p.axesOf a).all (fun x => rowAxes.contains x)
-        let colVector : Bool := tile && p.axesOf a == colAxes
-        let residual : Bool := tile && p.axesOf a == dom
-        if (fromP && inLoop) || (!fromP && !rowVector && !colVector && !residual) then
+        let onSuffix : Bool := tile && domainSuffix (p.axesOf a) dom
+        if (fromP && inLoop) || (!fromP && !rowVector && !onSuffix) then
           ok := false
       if ok && (epiloguePosition p pk c).isSome then
         out := out.push [siteN pk, siteN c]

@@ -77,15 +77,24 @@ def epilogue_position(plan: Plan, p: int, c: int) -> int | None:
     return None
 
 
+def _domain_suffix(axes: tuple, dom: tuple) -> bool:
+    """Whether ``axes`` are the last ``len(axes) >= 1`` axes of ``dom``, in order: a column
+    vector (``[n]``), a block of columns (a bias ``[h, e]`` of ``[b, t, h, e]``) or the
+    whole domain (a residual)."""
+    return 0 < len(axes) <= len(dom) and tuple(dom[len(dom) - len(axes):]) == tuple(axes)
+
+
 def fuse_epilogue_sites(plan: Plan) -> list[Site]:
     """Sites ``(p, c)``: an elementwise kernel ``c`` reading kernel ``p`` (not elementwise
     only) over the same domain, its reads being ``p``'s fragments (outside ``p``'s streamed
     loop), row vectors (axes within the domain minus its last axis) and, when ``p`` writes
     each output element once from registers (not online, and neither streaming nor reducing
-    an axis of its domain: a GEMM, a row or column reduction), column vectors (axes exactly
-    ``[last axis]``: the bias of ``X @ W + b``) and tensors of the whole domain (the
-    residual of ``X + H @ W`` or of ``X + Σ_k G·Y``, read once per output element), in a
-    valid position (:func:`epilogue_position`)."""
+    an axis of its domain: a GEMM, a row or column reduction), tensors over a suffix of
+    the domain's axes (:func:`_domain_suffix`): column vectors (``[last axis]``: the bias of
+    ``X @ W + b``), blocks of columns (the bias ``[h, e]`` of a projection written per head,
+    ``[b, t, h, e]``) and the whole domain (the residual of ``X + H @ W`` or of
+    ``X + Σ_k G·Y``, read once per output element), in a valid position
+    (:func:`epilogue_position`)."""
     g, out = plan.graph, []
     for c in range(len(plan.kernels)):
         if not elementwise_only(plan, c):
@@ -106,9 +115,9 @@ def fuse_epilogue_sites(plan: Plan) -> list[Site]:
                     if kp.stream is not None and kp.stream in g.nodes[a].axes:
                         ok = False  # a value inside p's streamed loop, not an epilogue value
                 elif not (set(g.nodes[a].axes) <= set(dom[:-1])
-                          or (tile and tuple(g.nodes[a].axes) in (tuple(dom[-1:]), tuple(dom)))):
+                          or (tile and _domain_suffix(g.nodes[a].axes, dom))):
                     ok = False  # epilogues read p's fragments, row vectors, and (from
-                    # registers) columns and residuals
+                    # registers) columns, column blocks and residuals
             if ok and epilogue_position(plan, p, c) is not None:
                 out.append((p, c))
     return out

@@ -40,8 +40,9 @@ Schedule rules change the kernels, never the graph:
 * ``fuse_epilogue`` — site ``(p, c)``: an elementwise kernel reading kernel ``p`` (a kernel
   with a reduction; elementwise into elementwise is ``fuse_elementwise``) over the same
   domain runs in ``p``'s epilogue on its fragments; its other reads are row vectors or,
-  when ``p`` is a GEMM (a matmul, not online), column vectors (the bias of ``X @ W + b``)
-  and tensors of the whole domain (the residual of ``X + H @ W``).
+  when ``p`` is a GEMM (a matmul, not online), tensors over a suffix of the domain's axes:
+  column vectors (the bias of ``X @ W + b``), blocks of columns (a bias ``[h, e]`` of
+  ``X @ W[d, h, e]``) and the whole domain (the residual of ``X + H @ W``).
 * ``fuse_elementwise`` — site ``(k,)``: elementwise kernel ``k`` absorbs every elementwise
   kernel of its domain it reads or that reads it, transitively, in one step.
 * ``fuse_gemm_chain`` — site ``(p, c)``: back-to-back GEMMs; ``p`` (a matmul over ``k`` and
