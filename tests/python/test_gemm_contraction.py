@@ -437,3 +437,24 @@ def test_column_axes_apart_in_w_are_refused_saying_why():
     g = _qkv(("h", "d", "e"))
     with pytest.raises(LoweringError, match=r"B's column axes \['h', 'e'\] are not adjacent"):
         match_plan(derive_all(g)[0].plan)
+
+
+def test_rmsnorm_before_a_per_head_projection_is_one_kernel():
+    """FlashNorm for a projection written per head: the rows' sum of squares shares the
+    GEMM's loop (``share_operand_load`` merges domains ``[t]`` and ``[t, h, e]``, one a
+    prefix of the other) and the row scale is its epilogue: one kernel, as for ``[t, n]``;
+    emulated against ``evaluate``."""
+    from superopt.dsl import rms_norm_subdag
+
+    g = DagBuilder("rms_q_proj", [("t", 70), ("d", 256), ("h", 3), ("e", 48)])
+    x, w = g.input("X", ["t", "d"]), g.input("W", ["d", "h", "e"])
+    g.output(g.matmul(rms_norm_subdag(g, x, "d", 1e-5), w, "d", "d"))
+    graph = g.build()
+    (one,) = [d for d in derive_all(graph) if len(d.plan.kernels) == 1]
+    assert "share_operand_load" in [s.rule for s in one.derivation.steps]
+    (kl,) = match_plan(one.plan).kernels
+    assert kl.spec.a_row_sumsq and (kl.spec.m, kl.spec.n) == (70, 144)
+    x = {n: np.random.default_rng(2).standard_normal(sh) for n, sh in graph.inputs}
+    values = evaluate(one.plan.graph, x, all_nodes=True)
+    tl_emulator.check_kernel_on_values(FAMILIES["gemm"], kl, GemmConfig(64, 64, 64, 2, 128),
+                                       values, one.derivation.id)

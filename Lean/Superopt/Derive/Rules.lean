@@ -706,7 +706,8 @@ def streamedOperands (p : Plan) (k : Nat) : List NodeId :=
 
 /-- Sites of `share_operand_load`: `[k1, k2]` (`k1 < k2`) for two kernels reducing over the
 same axis with the same stream, reading a common streamed operand, over domains one a prefix
-of the other (by at most one axis), `k2` independent of `k1` and ready at `k1`. -/
+of the other (a GEMM's `[t, n]` or `[t, h, e]` beside its rows' statistics `[t]`), `k2`
+independent of `k1` and ready at `k1`. -/
 def shareSites (p : Plan) : Array Site := Id.run do
   let mut out : Array Site := #[]
   let n := p.kernels.size
@@ -722,7 +723,7 @@ def shareSites (p : Plan) : Array Site := Id.run do
       let d1 := p.domain k1
       let d2 := p.domain k2
       let (sh, lg) := if d1.length ≤ d2.length then (d1, d2) else (d2, d1)
-      if lg.take sh.length != sh || decide (lg.length - sh.length > 1) then continue
+      if lg.take sh.length != sh then continue
       if dependsOn p k2 k1 || !depsBefore p k2 k1 then continue
       out := out.push [siteN k1, siteN k2]
   return out

@@ -353,7 +353,7 @@ def share_operand_load_sites(plan: Plan) -> list[Site]:
                 continue
             d1, d2 = plan.domain(k1), plan.domain(k2)
             short, long_ = (d1, d2) if len(d1) <= len(d2) else (d2, d1)
-            if long_[:len(short)] != short or len(long_) - len(short) > 1:
+            if long_[:len(short)] != short:
                 continue
             if depends_on(plan, k2, k1) or not deps_before(plan, k2, k1):
                 continue
