@@ -27,7 +27,8 @@ produces (`python tests/golden/generate.py`), so that the two halves agree byte 
 * **graphs beyond the golden derivation files** (`llama3_attention`, `residual_rmsnorm`, and
   test graphs mirroring `examples/models/` that exercise `distribute_*`, `commute_row_scale`,
   `move_contracted_scale`, `fuse_gemm_chain`, `fuse_contraction` (over grouped-query heads
-  too, a sum of a sum of the matmul), `fuse_epilogue` from a reduction and `online_softmax`
+  too, a sum of a sum of the matmul), `fuse_epilogue` from a reduction and of a bias over a
+  block of columns, `share_operand_load` over domains two axes apart, and `online_softmax`
   over scores with an additive input): the graph bytes and the derivations match Python's by
   fingerprint (`modelFingerprints`, printed by `LeanTests/fingerprints.py`), and the step
   checker accepts every derivation.
@@ -339,6 +340,18 @@ def gqaOutProjGraph : Except GraphError Graph :=
     let s2 ← Dsl.red .sum "g" s1
     Dsl.add x s2
 
+/-- `rms_head_proj` of `LeanTests/fingerprints.py`: `rmsnorm(X) @ W[d, h, e] + bias[h, e]`, a
+query projection written per head, where `share_operand_load` merges the domains `[t]` and
+`[t, h, e]` and `fuse_epilogue` reads the `[h, e]` bias, a suffix of the domain. -/
+def rmsHeadProjGraph : Except GraphError Graph :=
+  Dsl.buildGraphWithOutput "rms_head_proj" [("t", 4096), ("d", 4096), ("h", 32), ("e", 128)] do
+    let x ← Dsl.input "X" ["t", "d"]
+    let w ← Dsl.input "W" ["d", "h", "e"]
+    let bias ← Dsl.input "bias" ["h", "e"]
+    let y ← Dsl.rmsNormSubdag x "d" rmsEps
+    let q ← Dsl.matmul y w "d" "d"
+    Dsl.add q bias
+
 /-- A registered graph at its reference case, or one of the test graphs above. -/
 def testGraph? (name : String) : Option (Except GraphError Graph) :=
   match workloadByName? name with
@@ -352,6 +365,7 @@ def testGraph? (name : String) : Option (Except GraphError Graph) :=
     else if name == "bert_attention" then some bertAttentionGraph
     else if name == "attention_out_proj" then some attentionOutProjGraph
     else if name == "gqa_out_proj" then some gqaOutProjGraph
+    else if name == "rms_head_proj" then some rmsHeadProjGraph
     else none
 
 /-- Python's fingerprints of the graphs beyond the golden derivation files, printed by
@@ -367,7 +381,8 @@ def modelFingerprints : List (String × Nat × UInt64 × Nat × Nat × UInt64) :
   ("mixtral_moe_combine", 218, 0xB7CAAEE06D7766D5, 4, 1170, 0xFE28E04EA9EB11F5),
   ("bert_attention", 415, 0x45AD6B7191174EA3, 1392, 1125705, 0x402778357AF8F6F1),
   ("attention_out_proj", 255, 0x30E5F9EF678D9FEB, 4, 1248, 0xA613FDDAE589C0C9),
-  ("gqa_out_proj", 285, 0xA291BD5E1C06D273, 6, 2272, 0x4579A793EF817FA1)]
+  ("gqa_out_proj", 285, 0xA291BD5E1C06D273, 6, 2272, 0x4579A793EF817FA1),
+  ("rms_head_proj", 349, 0x74EE6605AF525972, 208, 111008, 0xC101B84D85E240FF)]
 
 /-- Each graph of `modelFingerprints`: Lean builds the same graph bytes and enumerates the same
 derivations as Python (by fingerprint), and the step checker accepts every derivation. -/

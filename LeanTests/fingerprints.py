@@ -22,7 +22,7 @@ from pathlib import Path
 
 from superopt import wire
 from superopt.derive import derive_all
-from superopt.dsl import DagBuilder
+from superopt.dsl import DagBuilder, rms_norm_subdag
 from superopt.graphs import load_graph
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "models"
@@ -65,6 +65,19 @@ def gqa_out_proj(b: int = 1, g: int = 8, r: int = 4, t: int = 4096, e: int = 128
     return gb.build()
 
 
+def rms_head_proj(t: int = 4096, d: int = 4096, h: int = 32, e: int = 128):
+    """`rmsnorm(X) @ W[d, h, e] + bias[h, e]`, a query projection written per head (Lean:
+    `rmsHeadProjGraph`): share_operand_load over the domains `[t]` and `[t, h, e]`, and
+    fuse_epilogue reading the `[h, e]` bias, a suffix of the domain."""
+    gb = DagBuilder("rms_head_proj", [("t", t), ("d", d), ("h", h), ("e", e)])
+    x = gb.input("X", ["t", "d"])
+    w = gb.input("W", ["d", "h", "e"])
+    bias = gb.input("bias", ["h", "e"])
+    y = rms_norm_subdag(gb, x, "d", 1e-5)
+    gb.output(gb.add(gb.matmul(y, w, "d", "d"), bias))
+    return gb.build()
+
+
 def graphs():
     """Name → graph, in the order of `modelFingerprints`."""
     out = {}
@@ -76,6 +89,7 @@ def graphs():
     out["bert_attention"] = load_graph(f"{MODELS}/bert_attention.py:bert_attention")
     out["attention_out_proj"] = load_graph(f"{MODELS}/attention_out_proj.py:attention_out_proj")
     out["gqa_out_proj"] = gqa_out_proj()
+    out["rms_head_proj"] = rms_head_proj()
     return out
 
 
