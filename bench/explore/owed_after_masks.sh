@@ -15,14 +15,15 @@
 #           and each kernel's time under torch.profiler beside torch.compile's kernels;
 #   decode  then the decode MLP through the search (its top-1 was 112.7 us against
 #           torch.compile's 93.7).
-#   contraction (written 2026-12-05, fourth session) the per-head output projection as one
-#           GEMM contracting (h, e), and attention over [b, t, heads, d] tensors: their GPU
-#           tests, then attention_out_proj (the model predicts 194.8 us for the one kernel
-#           against 1074.7 us unfused; peers eager, torch.compile, the merged cuBLAS GEMM)
-#           and llama3_attention_bshd (peers SDPA, and FA4 in its own layout when carried)
+#   contraction (written 2026-12-05, fourth session) the GPU tests of the projections written
+#           per head (one GEMM contracting (h, e); X @ W[d, h, e]) and of attention over
+#           [b, t, heads, d] tensors;
+#   layouts then attention_out_proj (the model predicts 194.8 us for the one kernel against
+#           1074.7 us unfused; peers eager, torch.compile, the merged cuBLAS GEMM) and
+#           llama3_attention_bshd (peers SDPA, and FA4 in its own layout when carried)
 #           through the suite.
 #   usage (GPU machine, repo root):
-#     bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk|decode|contraction
+#     bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk|decode|contraction|layouts
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 if [[ ! -d /tmp/site/tilelang ]]; then mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/site.tar.xz; fi
@@ -58,9 +59,10 @@ case ${1:-} in
     SUITE_LIMIT=300 bash bench/gpu_suite.sh llama3_decode_mlp --budget 4 --time-budget 40 \
       --rounds 3 --processes 3 ;;
   contraction)
-    GPU_TESTS_K="contraction or sequence_major" bash bench/gpu_tests.sh 200 \
-      tests/python/test_gpu_gemm.py tests/python/test_gpu_attention.py
-    SUITE_LIMIT=380 bash bench/gpu_suite.sh attention_out_proj,llama3_attention_bshd \
+    GPU_TESTS_K="contraction or sequence_major or per_head" bash bench/gpu_tests.sh 300 \
+      tests/python/test_gpu_gemm.py tests/python/test_gpu_attention.py ;;
+  layouts)
+    SUITE_LIMIT=540 bash bench/gpu_suite.sh attention_out_proj,llama3_attention_bshd \
       --budget 4 --time-budget 40 --rounds 3 --processes 3 ;;
-  *) echo "usage: $0 tests|suite|stale|splitk|decode|contraction" >&2; exit 2 ;;
+  *) echo "usage: $0 tests|suite|stale|splitk|decode|contraction|layouts" >&2; exit 2 ;;
 esac
