@@ -33,6 +33,7 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     "llama3_rmsnorm_qkv": dict(t=5, d=7, n=3),
     "mistral_sliding_window_attention": dict(b=1, g=2, r=1, t_q=5, t_kv=7, d_h=3, window=3),
     "mixtral_moe_combine": dict(t=5, k=3, d=7),
+    "qwen2_rmsnorm_q_proj": dict(t=5, d=7, h=3, e=3),
     "moe_expert_mlp": dict(e=3, t=5, d=3, hidden=7),
     "residual_rmsnorm": dict(m=5, d=7),
     "rmsnorm": dict(t=5, d=7),
