@@ -90,7 +90,7 @@ from .attention_online_softmax import (ROW_STATE, ROW_STATE_STEADY, combine_term
                                        write_softmax_update)
 from .attention_space import SMEM_LIMIT_BYTES, attention_smem_bytes
 from .attention_spec import (AttentionConfig, AttentionSpec, o_staging, padded_dim, q_layout,
-                             tensor_ref, tensor_shape)
+                             q_view_shape, tensor_ref, tensor_shape)
 from .attention_ws_schedule import write_ws_body
 from .tiling import ceil_div
 
@@ -144,7 +144,7 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
         e("@T.prim_func")
         e(f"def {spec.name}(")
         with e.indent():
-            e(f'Q: T.Tensor({_shape(spec, lay, "Q")}, "{dt}"),')
+            e(f'Q: T.Tensor({q_view_shape(spec, lay, "Q")}, "{dt}"),')
             e(f'K: T.Tensor({tensor_shape(spec, "K")}, "{dt}"),')
             e(f'V: T.Tensor({tensor_shape(spec, "V")}, "{dt}"),')
             for si in spec.score_inputs:
@@ -155,7 +155,7 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
                 e(f'M_part: T.Tensor(({sh}), "float32"),')
                 e(f'A_part: T.Tensor(({sh}), "float32"),')
             if cfg.splits == 1 or cfg.cluster_combine:
-                e(f'O: T.Tensor({_shape(spec, lay, "O")}, "{dt}"),')
+                e(f'O: T.Tensor({q_view_shape(spec, lay, "O")}, "{dt}"),')
         e("):")
         with e.indent():
             if cfg.fast_math:
@@ -171,14 +171,6 @@ def attention_source(spec: AttentionSpec, cfg: AttentionConfig) -> str:
         e()
         _write_combine(e, spec, cfg)
     return e.text()
-
-
-def _shape(spec: AttentionSpec, lay, name: str) -> tuple[int, ...]:
-    """Q's or O's kernel shape: the Q/O view ``lay`` (packed GQA or not), or with the heads
-    inside the sequence axis :func:`~.attention_spec.tensor_shape`."""
-    if spec.inner_heads > 1:
-        return tensor_shape(spec, name)
-    return (lay.batch, lay.rows, spec.dqk if name == "Q" else spec.dv)
 
 
 def _extras(spec: AttentionSpec) -> str:
@@ -280,7 +272,7 @@ def _write_combine(e: Lines, spec: AttentionSpec, cfg: AttentionConfig) -> None:
             e(f'O_part: T.Tensor(({sh}, {dv}), "float32"),')
             e(f'M_part: T.Tensor(({sh}), "float32"),')
             e(f'A_part: T.Tensor(({sh}), "float32"),')
-            e(f'O: T.Tensor({_shape(spec, lay, "O")}, "{dt}"),')
+            e(f'O: T.Tensor({q_view_shape(spec, lay, "O")}, "{dt}"),')
         e("):")
         with e.indent():
             if cfg.fast_math:

@@ -403,9 +403,7 @@ class AttentionConfig:
         lay = q_layout(spec, cfg)
         if not lay.packed and cfg.splits == 1:
             return None
-        qv, ov = (lay.batch, lay.rows, spec.dqk), (lay.batch, lay.rows, spec.dv)
-        if spec.inner_heads > 1:  # (never packed)
-            qv, ov = tensor_shape(spec, "Q"), tensor_shape(spec, "O")
+        qv, ov = q_view_shape(spec, lay, "Q"), q_view_shape(spec, lay, "O")
         ins = (("param", 0, qv), ("param", 1, tensor_shape(spec, "K")),
                ("param", 2, tensor_shape(spec, "V")))
         ins += tuple(("param", 3 + j, (si.extent,)) for j, si in enumerate(spec.score_inputs))
@@ -433,11 +431,25 @@ class AttentionConfig:
         return self
 
 
+def _heads(spec: AttentionSpec, name: str) -> int:
+    """The heads stored inside the sequence axis of ``Q``/``O`` or of ``K``/``V``."""
+    return spec.inner_heads if name in ("Q", "O") else spec.kv_inner_heads
+
+
+def q_view_shape(spec: AttentionSpec, lay: "QLayout", name: str) -> tuple[int, ...]:
+    """The kernel's (and the launcher's) shape of ``Q`` or ``O``: the view ``lay``
+    (:func:`q_layout`: packed GQA or one query head per batch index), or with the heads
+    inside the sequence axis (never packed) :func:`tensor_shape`."""
+    if spec.inner_heads > 1:
+        return tensor_shape(spec, name)
+    return (lay.batch, lay.rows, spec.dqk if name == "Q" else spec.dv)
+
+
 def tensor_shape(spec: AttentionSpec, name: str) -> tuple[int, ...]:
     """The kernel's shape of ``Q``, ``K``, ``V`` or ``O`` (see :attr:`AttentionSpec.inner_heads`
     and :attr:`~AttentionSpec.kv_inner_heads`; packed GQA views Q and O otherwise,
     :func:`q_layout`)."""
-    heads = spec.inner_heads if name in ("Q", "O") else spec.kv_inner_heads
+    heads = _heads(spec, name)
     batch = spec.batch if name in ("Q", "O") else spec.kv_batch
     rows = spec.tq if name in ("Q", "O") else spec.tkv
     d = spec.dqk if name in ("Q", "K") else spec.dv
@@ -450,7 +462,7 @@ def tensor_ref(spec: AttentionSpec, name: str, z: str, rows: str, cols: str = ":
     """``name[...]`` at batch index ``z`` (an expression: ``bz``, the K/V index ``bz // 4``),
     rows ``rows`` and feature columns ``cols`` (slices or indices as text), in the layout of
     :func:`tensor_shape`: ``O[(bz) // 8, r0:r1, (bz) % 8, :]`` with 8 inner heads."""
-    heads = spec.inner_heads if name in ("Q", "O") else spec.kv_inner_heads
+    heads = _heads(spec, name)
     if heads == 1:
         return f"{name}[{z}, {rows}, {cols}]"
     return f"{name}[({z}) // {heads}, {rows}, ({z}) % {heads}, {cols}]"
