@@ -22,6 +22,7 @@ MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 MODEL_SIZES: dict[str, dict[str, int]] = {
     "attention_out_proj": dict(b=1, h=3, t=5, e=3, d=7),
     "bert_attention": dict(b=2, h=3, t=5, d_h=3),
+    "convnext_layernorm2d": dict(n=2, c=5, h=3, w=7),
     "gelu_mlp_chain": dict(t=5, d=3, hidden=7),
     "gpt2_layernorm_mlp": dict(t=5, d=3, hidden=7),
     "layernorm": dict(t=5, d=7),

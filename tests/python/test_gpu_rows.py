@@ -191,6 +191,7 @@ class Build:
 
 
 def _builds() -> list[Build]:
+    from convnext_layernorm2d import convnext_layernorm2d
     from layernorm import layernorm
     from mixtral_moe_combine import mixtral_moe_combine
     from residual_rmsnorm import residual_rmsnorm
@@ -199,6 +200,7 @@ def _builds() -> list[Build]:
 
     sm = _softmax(1000, 1000)
     ln = layernorm(t=100, d=768)
+    cnx = convnext_layernorm2d(n=2, c=96, h=7, w=9)
     out = [
         # softmax alone: stabilised one-pass (resident), several rows per block, streamed
         Build("softmax-1000", sm, _fused(sm, "stabilize_softmax")),
@@ -363,6 +365,21 @@ def _builds() -> list[Build]:
               _literal(_middle_max(4, 37, 300)), family="colreduce", exact=True),
         Build("colreduce-softmax-middle", _softmax_middle(3, 37, 300),
               _with_family(_softmax_middle(3, 37, 300), "colreduce"), family="colreduce"),
+        # column-fused: a norm / softmax over a middle axis in one kernel, the reduced axis
+        # held on chip (ragged inner tiles, a reduced extent that is not a power of two, a
+        # large mean, bf16, a grid folded past y's limit)
+        Build("colfused-layernorm2d", cnx, _with_family(cnx, "colfused", kernels=1),
+              family="colfused", inputs={"gamma": (1.0, 0.1)}),
+        Build("colfused-layernorm2d-mean300", cnx, _with_family(cnx, "colfused", kernels=1),
+              family="colfused", inputs={"X": (300.0, 1.0), "gamma": (1.0, 0.1)}),
+        Build("colfused-layernorm2d-bf16", cnx, _with_family(cnx, "colfused", kernels=1),
+              dtype="bfloat16", family="colfused", inputs={"gamma": (1.0, 0.1)}),
+        Build("colfused-softmax-middle", _softmax_middle(3, 300, 100),
+              _with_family(_softmax_middle(3, 300, 100), "colfused", kernels=1),
+              family="colfused"),
+        Build("colfused-folded-grid", _softmax_middle(70_000, 3, 8),
+              _with_family(_softmax_middle(70_000, 3, 8), "colfused", kernels=1),
+              family="colfused"),
         # gathered inputs of an elementwise kernel: fp16 products are exact in fp32
         Build("gather-head-scale", _head_scale(5, 37, 100),
               _with_family(_head_scale(5, 37, 100), "elementwise", kernels=1),

@@ -6,6 +6,7 @@ family          source writer                   configuration space (best first)
 ==============  ==============================  ==========================================
 attention       :func:`attention_source`        :func:`attention_config_space`
 gemm            :func:`gemm_source`             :func:`gemm_config_space`
+colfused        :func:`colfused_source`         :func:`colfused_config_space`
 rowfused        :func:`rowfused_source`         :func:`rowfused_config_space`
 colreduce       :func:`colreduce_source`        :func:`colreduce_config_space`
 rowreduce       :func:`rowreduce_source`        :func:`row_config_space` (``"reduce"``)
@@ -14,8 +15,8 @@ elementwise     :func:`elementwise_source`      :func:`row_config_space` (``"ele
 
 A kernel of a completed plan goes to the first family whose ``claims`` predicate holds
 (online state → attention; a matmul → gemm; a streamed axis of the kernel's own domain →
-rowfused; one reduction over an axis that is not the innermost → colreduce; a reduction →
-rowreduce; else elementwise);
+colfused when it is not the innermost, else rowfused; one reduction over an axis that is not
+the innermost → colreduce; a reduction → rowreduce; else elementwise);
 that family's matcher then either expresses it or says why not. Adding a family is one
 :class:`Family` entry (and its kernel module under :mod:`superopt.lower.kernels`).
 
@@ -33,6 +34,8 @@ from ..errors import LoweringError
 from .kernels.attention import attention_source
 from .kernels.attention_space import attention_config_space, attention_cost
 from .kernels.attention_spec import AttentionConfig
+from .kernels.colfused import (ColFusedConfig, colfused_config_space, colfused_cost,
+                                colfused_source)
 from .kernels.colreduce import (ColConfig, colreduce_config_space, colreduce_cost,
                                 colreduce_source)
 from .kernels.gemm import gemm_source
@@ -45,8 +48,9 @@ from .kernels.rowwise import (RowConfig, elementwise_source, row_config_space, r
 from .lowering import KernelLowering
 from .matchers.attention import match_attention
 from .matchers.gemm import match_gemm
-from .matchers.rows import (match_colreduce, match_elementwise, match_rowfused,
-                            match_rowreduce, reduces_a_middle_axis)
+from .matchers.rows import (match_colfused, match_colreduce, match_elementwise,
+                            match_rowfused, match_rowreduce, reduces_a_middle_axis,
+                            streams_a_middle_axis)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            structure=_attention_structure),
     Family("gemm", lambda p, k: "matmul" in _ops(p, k), match_gemm, GemmConfig,
            gemm_config_space, gemm_source, gemm_cost_clk, gemm_rate, _gemm_structure),
+    Family("colfused", streams_a_middle_axis, match_colfused, ColFusedConfig,
+           colfused_config_space, colfused_source, colfused_cost),
     Family("rowfused", is_row_fused, match_rowfused, RowFusedConfig,
            rowfused_config_space, rowfused_source, rowfused_cost),
     Family("colreduce", reduces_a_middle_axis, match_colreduce, ColConfig,

@@ -14,7 +14,8 @@
   :mod:`.gemm_expr`. Attention's block-level pieces (masks, GQA, split-KV combine):
   :mod:`.attention_blocks`.
 * Column reductions (a reduction over an axis that is not the innermost, ``[outer, red,
-  inner]``): :mod:`.colreduce`.
+  inner]``): :mod:`.colreduce`; column-fused kernels (a norm or softmax over such an axis,
+  the reduced axis held on chip): :mod:`.colfused`.
 * Row reductions and elementwise kernels: :mod:`.rowwise`; row-fused kernels (softmax,
   RMSNorm, LayerNorm in one pass over each row): :mod:`.rowfused_spec` (spec, config, cost,
   space), :mod:`.rowfused` (the source); the row families' grid limits, positions and

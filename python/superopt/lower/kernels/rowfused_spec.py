@@ -234,6 +234,30 @@ def rowfused_grid(spec: RowFusedSpec, cfg: RowFusedConfig) -> tuple[int, int, in
     return (ceil_div(spec.rows, cfg.block_rows), 1, 1)
 
 
+def check_inputs_and_steps(inputs, steps, kinds: tuple[str, ...]) -> list[str]:
+    """Check each input's name, kind (one of ``kinds``) and dtype, and each step's
+    (:class:`RowStep`) name and op; the input and step names, in order (the row- and
+    column-fused families' shared part of their spec checks).
+
+    Raises:
+        LoweringError: naming the input or step.
+    """
+    names: list[str] = []
+    for n, kind, dt in inputs:
+        check_name(n, "input")
+        if kind not in kinds:
+            raise LoweringError(f"input {n!r} kind must be one of {', '.join(kinds)}, got "
+                                f"{kind!r}")
+        check_dtype(dt, f"input {n!r} dtype", float32=True)
+        names.append(n)
+    for st in steps:
+        check_name(st.name, "step")
+        if st.op not in ("sum", "max", "row"):
+            raise LoweringError(f"step {st.name!r} op must be sum, max or row, got {st.op!r}")
+        names.append(st.name)
+    return names
+
+
 def check_rowfused(spec: RowFusedSpec) -> None:
     """Check a spec (sizes, names, kinds, dtypes, which fields each expression may use, the
     online pairs).
@@ -247,18 +271,7 @@ def check_rowfused(spec: RowFusedSpec) -> None:
                             f"{s.rows}x{s.cols}")
     check_elements(s.rows, s.cols, "row-fused view")
     check_name(s.name, "kernel name")
-    names: list[str] = []
-    for n, kind, dt in s.inputs:
-        check_name(n, "input")
-        if kind not in ("full", "row", "col"):
-            raise LoweringError(f"input {n!r} kind must be full, row or col, got {kind!r}")
-        check_dtype(dt, f"input {n!r} dtype", float32=True)
-        names.append(n)
-    for st in s.steps:
-        check_name(st.name, "step")
-        if st.op not in ("sum", "max", "row"):
-            raise LoweringError(f"step {st.name!r} op must be sum, max or row, got {st.op!r}")
-        names.append(st.name)
+    names = check_inputs_and_steps(s.inputs, s.steps, ("full", "row", "col"))
     steps = {st.name for st in s.steps}
     own = [n for n in names if n in _OWN or n[-2:] in ("_f", "_s") and n[:-2] in names
            or n.startswith(STAGE_PREFIX)

@@ -15,6 +15,9 @@ gemm           one or two matmuls over the streamed axis sharing their A operand
                (dual GEMM), optionally the A rows' sum of squares in the same loop
                (one-kernel FlashNorm), an elementwise prologue on A, a fused epilogue;
                or a GEMM chain (back-to-back GEMMs, the intermediate on chip)
+colfused       a row-fused kernel over an axis that is not the innermost ([outer, red,
+               inner]): per column, its reductions in order, then its outputs (LayerNorm
+               over channels-first activations, softmax over a middle axis)
 rowfused       a row-fused kernel: per row, its reductions in order, then its outputs
                (softmax, RMSNorm, LayerNorm alone, several outputs)
 colreduce      one reduction over an axis that is not the innermost ([outer, red, inner]),

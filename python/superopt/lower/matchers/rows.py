@@ -2,8 +2,10 @@
 domain (inputs full, per row or per column, or gathered from any other subset of the axes;
 one or several outputs of the domain), row reductions (one reduction with an elementwise
 prologue and per-row epilogues), column reductions (one reduction over an axis that is not
-the innermost: ``[outer, red, inner]``) and row-fused kernels (a kernel that streams an axis
-of its own domain: per row, its reductions over that axis in order, then its outputs).
+the innermost: ``[outer, red, inner]``), row-fused kernels (a kernel that streams the
+innermost axis of its own domain: per row, its reductions over that axis in order, then its
+outputs) and column-fused kernels (the same over an axis that is not the innermost, per
+column of ``[outer, red, inner]``).
 
 Every row family views its domain as ``[rows, cols]``: the leading axes flattened into
 ``rows``, the last (the reduced or streamed one) as ``cols``; ``band`` masks render from the
@@ -14,7 +16,8 @@ dtype for a graph output), so a graph that ends in a reduction writes its own dt
 Owns: the plan → :class:`~superopt.lower.kernels.rowwise.ElementwiseSpec` /
 :class:`~superopt.lower.kernels.rowwise.RowReduceSpec` /
 :class:`~superopt.lower.kernels.colreduce.ColReduceSpec` /
-:class:`~superopt.lower.kernels.rowfused_spec.RowFusedSpec` mapping. Must not import other
+:class:`~superopt.lower.kernels.rowfused_spec.RowFusedSpec` /
+:class:`~superopt.lower.kernels.colfused.ColFusedSpec` mapping. Must not import other
 families' matchers or anything that runs.
 """
 
@@ -25,6 +28,7 @@ from ...errors import LoweringError
 from ...ir.dag import Graph, NodeId
 from ..expr import render
 from ..lowering import KernelLowering, axes_prod, kernel_outputs, storage_dtype, tensor_name
+from ..kernels.colfused import ColFusedSpec, check_colfused
 from ..kernels.colreduce import RED_FIELD, ColReduceSpec
 from ..kernels.row_launch import (COL_FIELD, ROW_FIELD, Gather, check_elements, flat_offset,
                                  grouped_position_index, position_index)
@@ -244,6 +248,66 @@ def _online_pairs(g: Graph, steps: list[tuple[NodeId, RowStep]],
     return tuple(pairs)
 
 
+def _streamed_nodes(plan: Plan, k: int, a: str, per: tuple, what: str) -> set[NodeId]:
+    """Check that kernel ``k``, which streams ``a``, holds only reductions over ``a`` to
+    ``per`` (a row's or a column's axes) and elementwise nodes over its domain, ``per``,
+    ``[a]`` or no axis; the nodes that (transitively, in the kernel) read a reduction.
+
+    Raises:
+        LoweringError: naming the node that is neither (``what``: the family, for the text).
+    """
+    g = plan.graph
+    dom = plan.domain(k)
+    path = f"kernels[{k}]"
+    shapes = (set(dom), set(per), {a}, set())
+    depends: set[NodeId] = set()
+    for n in plan.kernels[k].nodes:
+        node = g.nodes[n]
+        if node.op == "matmul":
+            raise LoweringError(f"kernel {k} has a matmul: not a {what} kernel", path=path)
+        if node.op == "reduce":
+            if node.axis != a or node.axes != per:
+                raise LoweringError(f"kernel {k} reduces node {node.args[0]} over {node.axis!r} "
+                                    f"to {list(node.axes)}; a {what} kernel reduces over "
+                                    f"{a!r} to {list(per)}", path=path)
+            depends.add(n)
+        elif not node.is_elementwise:
+            raise LoweringError(f"kernel {k}: node {n} ({node.describe()}) is neither "
+                                "elementwise nor a reduction", path=path)
+        elif not any(set(node.axes) == s for s in shapes):
+            raise LoweringError(f"kernel {k}: node {n} has axes {list(node.axes)}, which is "
+                                f"neither the domain {list(dom)}, {list(per)}, [{a}] nor a "
+                                "scalar", path=path)
+        if any(x in depends for x in node.args):
+            depends.add(n)
+    return depends
+
+
+def _streamed_steps(plan: Plan, k: int, per: tuple, depends: set[NodeId],
+                    env: dict[NodeId, str], index) -> list[tuple[NodeId, RowStep]]:
+    """The per-row (per-column) values a streamed kernel keeps in fragments, in order: its
+    reductions, and each node over ``per`` after one that a node over more axes or an
+    output reads (the others are inlined); each rendered with ``env`` (which then names it
+    ``{r<node>}``)."""
+    g = plan.graph
+    kern = plan.kernels[k]
+    nodes, outs = set(kern.nodes), set(kernel_outputs(plan, k))
+    per_set = {n for n in kern.nodes if set(g.nodes[n].axes) == set(per)}
+    steps = []
+    for n in kern.nodes:
+        node = g.nodes[n]
+        if not (node.op == "reduce" or n in depends and n in per_set and (n in outs or any(
+                c in nodes and c not in per_set for c in g.consumers(n)))):
+            continue
+        name = f"r{n}"
+        if node.op == "reduce":
+            steps.append((n, RowStep(name, node.fn, render(g, node.args[0], env, index))))
+        else:
+            steps.append((n, RowStep(name, "row", render(g, n, env, index))))
+        env[n] = "{" + name + "}"
+    return steps
+
+
 def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
     """A kernel that streams an axis ``a`` of its own domain ``[rows..., a]``: its reductions
     over ``a`` (each per row), the per-row and full-domain elementwise nodes around them, and
@@ -264,28 +328,7 @@ def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
     row_axes = dom[:-1]
     rows, cols = axes_prod(g, row_axes), g.size(a)
     _check_extent(rows, cols, k)
-    shapes = {"full": set(dom), "row": set(row_axes), "col": {a}, "scalar": set()}
-    nodes = set(kern.nodes)
-    depends: set[NodeId] = set()  # nodes that (transitively, in the kernel) read a reduction
-    for n in kern.nodes:
-        node = g.nodes[n]
-        if node.op == "matmul":
-            raise LoweringError(f"kernel {k} has a matmul: not a row-fused kernel", path=path)
-        if node.op == "reduce":
-            if node.axis != a or node.axes != row_axes:
-                raise LoweringError(f"kernel {k} reduces node {node.args[0]} over {node.axis!r} "
-                                    f"to {list(node.axes)}; a row-fused kernel reduces its rows "
-                                    f"over {a!r} to {list(row_axes)}", path=path)
-            depends.add(n)
-        elif not node.is_elementwise:
-            raise LoweringError(f"kernel {k}: node {n} ({node.describe()}) is neither "
-                                "elementwise nor a reduction", path=path)
-        elif not any(set(node.axes) == s for s in shapes.values()):
-            raise LoweringError(f"kernel {k}: node {n} has axes {list(node.axes)}, which is "
-                                f"neither the domain {list(dom)}, a row, a column nor a scalar",
-                                path=path)
-        if any(x in depends for x in node.args):
-            depends.add(n)
+    depends = _streamed_nodes(plan, k, a, row_axes, "row-fused")
     env: dict[NodeId, str] = {}
     inputs, params = [], []
     for x in plan.external_args(k):
@@ -299,22 +342,8 @@ def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
         inputs.append((tensor_name(x), kind, storage_dtype(plan, x, dtype)))
         params.append((x, {"full": (rows, cols), "row": (rows,), "col": (cols,)}[kind]))
     outs = kernel_outputs(plan, k)
-    per_row = {n for n in kern.nodes if set(g.nodes[n].axes) == shapes["row"]}
-    # the per-row values a kernel keeps in fragments: its reductions, and each per-row node
-    # after one that a non-per-row node or an output reads (the others are inlined)
-    keep = [n for n in kern.nodes if g.nodes[n].op == "reduce" or (
-        n in depends and n in per_row and (n in outs or any(
-            c in nodes and c not in per_row for c in g.consumers(n))))]
     index = _index(g, row_axes, a)
-    steps: list[tuple[NodeId, RowStep]] = []
-    for n in keep:
-        node = g.nodes[n]
-        name = f"r{n}"
-        if node.op == "reduce":
-            steps.append((n, RowStep(name, node.fn, render(g, node.args[0], env, index))))
-        else:
-            steps.append((n, RowStep(name, "row", render(g, n, env, index))))
-        env[n] = "{" + name + "}"
+    steps = _streamed_steps(plan, k, row_axes, depends, env, index)
     outputs, views = [], []
     for o in outs:
         axes = g.nodes[o].axes
@@ -326,6 +355,72 @@ def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
         outputs.append((kind, render(g, o, env, index), storage_dtype(plan, o, dtype)))
         views.append((o, (rows, cols) if kind == "full" else (rows,)))
     spec = RowFusedSpec(rows, cols, tuple(inputs), tuple(st for _, st in steps),
-                        tuple(outputs), _online_pairs(g, steps, nodes), name=f"k{k}_rowfused")
+                        tuple(outputs), _online_pairs(g, steps, set(kern.nodes)),
+                        name=f"k{k}_rowfused")
     return KernelLowering(k, "rowfused", spec, tuple(params), views[0][0], views[0][1],
+                          more_outputs=tuple(views[1:]))
+
+
+# -- column-fused kernels ----------------------------------------------------------------------
+
+def streams_a_middle_axis(plan: Plan, k: int) -> bool:
+    """Whether kernel ``k`` streams an axis of its own domain that is not the innermost (a
+    norm or softmax over channels-first tensors: :func:`match_colfused`)."""
+    kern = plan.kernels[k]
+    dom = plan.domain(k)
+    return kern.stream is not None and kern.stream in dom[:-1]
+
+
+def match_colfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
+    """A kernel that streams an axis ``a`` of its domain ``[outer..., a, inner...]`` that is
+    not the innermost: its reductions over ``a`` (each per column ``(outer, inner)``), the
+    per-column and full-domain elementwise nodes around them, and its outputs over the
+    domain or over ``[outer..., inner...]`` (several allowed). Inputs are over the domain,
+    over a column's axes, or over ``[a]`` alone (a gain over the channels)."""
+    g = plan.graph
+    kern = plan.kernels[k]
+    a = kern.stream
+    dom = plan.domain(k)
+    path = f"kernels[{k}]"
+    p = dom.index(a)
+    outer_axes, inner_axes = dom[:p], dom[p + 1:]
+    col_axes = outer_axes + inner_axes
+    outer, red, inner = axes_prod(g, outer_axes), g.size(a), axes_prod(g, inner_axes)
+    _check_extent(outer * max(red, 1), inner, k)
+    depends = _streamed_nodes(plan, k, a, col_axes, "column-fused")
+    index = grouped_position_index([(ROW_FIELD, [(x, g.size(x)) for x in outer_axes]),
+                                    (RED_FIELD, [(a, red)]),
+                                    (COL_FIELD, [(x, g.size(x)) for x in inner_axes])])
+    env: dict[NodeId, str] = {}
+    inputs, params = [], []
+    for x in plan.external_args(k):
+        axes = g.nodes[x].axes
+        kind = ("full" if axes == dom else "out" if axes == col_axes else
+                "red" if axes == (a,) else None)
+        if kind is None:
+            raise LoweringError(f"kernel {k} reads node {x} with axes {list(axes)}, which is "
+                                f"neither {list(dom)}, {list(col_axes)} nor [{a}]", path=path)
+        env[x] = _field(x)
+        inputs.append((tensor_name(x), kind, storage_dtype(plan, x, dtype)))
+        params.append((x, {"full": (outer, red, inner), "out": (outer, inner),
+                           "red": (red,)}[kind]))
+    outs = kernel_outputs(plan, k)
+    steps = [st for _, st in _streamed_steps(plan, k, col_axes, depends, env, index)]
+    outputs, views = [], []
+    for o in outs:
+        axes = g.nodes[o].axes
+        kind = "full" if axes == dom else "out" if axes == col_axes else None
+        if kind is None:
+            raise LoweringError(f"kernel {k} writes node {o} over {list(axes)}; a column-fused "
+                                f"kernel writes [{', '.join(dom)}] or [{', '.join(col_axes)}]",
+                                path=path)
+        outputs.append((kind, render(g, o, env, index), storage_dtype(plan, o, dtype)))
+        views.append((o, (outer, red, inner) if kind == "full" else (outer, inner)))
+    spec = ColFusedSpec(outer, red, inner, tuple(inputs), tuple(steps), tuple(outputs),
+                        name=f"k{k}_colfused")
+    try:
+        check_colfused(spec)
+    except LoweringError as e:
+        raise LoweringError(e.message, path=path) from None
+    return KernelLowering(k, "colfused", spec, tuple(params), views[0][0], views[0][1],
                           more_outputs=tuple(views[1:]))
