@@ -286,9 +286,22 @@ def _scalar(graph: Graph, x: NodeId) -> float | None:
 
 
 def _mean_square(graph: Graph, x: NodeId) -> tuple[NodeId, str] | None:
-    """``x`` as ``mean_d(h²)``: ``sum_d(h²)`` divided by ``size(d)`` (or the constant
-    ``|d|``), or times the constant ``1/|d|``; ``h²`` as ``square(h)`` or ``h · h``.
+    """``x`` as ``mean_d(h²)`` (:func:`_mean` of ``h²``, written ``square(h)`` or ``h · h``):
     ``(h, d)``."""
+    found = _mean(graph, x)
+    if found is None:
+        return None
+    q = graph.nodes[found[0]]
+    if q.op == "square":
+        return q.args[0], found[1]
+    if q.op == "mul" and q.args[0] == q.args[1]:
+        return q.args[0], found[1]
+    return None
+
+
+def _mean(graph: Graph, x: NodeId) -> tuple[NodeId, str] | None:
+    """``x`` as ``mean_d(h)``: ``sum_d(h)`` divided by ``size(d)`` (or the constant
+    ``|d|``), or times the constant ``1/|d|``. ``(h, d)``."""
     n = graph.nodes[x]
     if n.op == "div":
         s, c = n.args
@@ -311,12 +324,7 @@ def _mean_square(graph: Graph, x: NodeId) -> tuple[NodeId, str] | None:
     sn = graph.nodes[s]
     if sn.fn != "sum":
         return None
-    q = graph.nodes[sn.args[0]]
-    if q.op == "square":
-        return q.args[0], sn.axis
-    if q.op == "mul" and q.args[0] == q.args[1]:
-        return q.args[0], sn.axis
-    return None
+    return sn.args[0], sn.axis
 
 
 def _rms_of(graph: Graph, x: NodeId, *, denominator: bool) -> tuple[NodeId, str, float] | None:
@@ -470,6 +478,61 @@ def rmsnorm_pattern(graph: Graph) -> RmsNormPattern | None:
         if p.residual is not None and outs[1 - i] == h:
             return replace(p, h_output=1 - i)
     return None
+
+
+@dataclass(frozen=True)
+class LayerNormPattern:
+    """The graph is LayerNorm of an input ``X`` over axis ``d`` (any position of it: a
+    channels-first LayerNorm2d too): ``(X − mean_d X) · rsqrt(mean_d((X − mean_d X)²) + eps)
+    [· γ] [+ β]`` (the normalising factor also as ``1 / sqrt(…)`` or a division by
+    ``sqrt(…)``), ``γ`` and ``β`` inputs over ``[d]``. ``x_perm`` permutes X to ``[rows...,
+    d]``, ``out_perm`` that order back to the output's axes."""
+
+    x: NodeId
+    x_perm: tuple[int, ...]
+    rows: tuple[str, ...]
+    d: str
+    eps: float
+    out_perm: tuple[int, ...]
+    gain: NodeId | None = None
+    bias: NodeId | None = None
+
+
+def layernorm_pattern(graph: Graph) -> LayerNormPattern | None:
+    """The :class:`LayerNormPattern` of a one-output graph, or ``None``."""
+    if len(graph.outputs) != 1:
+        return None
+    o = graph.outputs[0]
+    on = graph.nodes[o]
+    z, bias = o, None
+    if on.op == "add":
+        for zi, bi in ((on.args[0], on.args[1]), (on.args[1], on.args[0])):
+            if graph.nodes[bi].op == "input" and len(graph.nodes[bi].axes) == 1 and \
+                    _rms_norm(graph, zi) is not None:
+                z, bias = zi, bi
+                break
+        else:
+            return None
+    found = _rms_norm(graph, z)
+    if found is None:
+        return None
+    h, d, eps, gain = found
+    hn = graph.nodes[h]
+    if hn.op != "sub":
+        return None
+    x, mu = hn.args
+    if graph.nodes[x].op != "input" or _mean(graph, mu) != (x, d):
+        return None
+    if bias is not None and graph.nodes[bias].axes != (d,):
+        return None
+    axes = graph.nodes[x].axes
+    rows = tuple(a for a in axes if a != d)
+    order = (*rows, d)
+    if set(on.axes) != set(order):
+        return None
+    return LayerNormPattern(x=x, x_perm=tuple(axes.index(a) for a in order), rows=rows, d=d,
+                            eps=eps, out_perm=tuple(order.index(a) for a in on.axes),
+                            gain=gain, bias=bias)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ patterns`):
   or a residual add of two, then optionally a GEMM ``@_d W``): ``quack RMSNorm``
   (``quack.rmsnorm.rmsnorm_fwd``, with ``residual=`` for the add), named ``quack RMSNorm +
   cuBLAS`` where the GEMM follows (``torch.matmul``);
+* LayerNorm of an input over any one axis (``(X − μ) · rsqrt(σ² + eps) [· γ] [+ β]``, a
+  channels-first LayerNorm2d too): ``PyTorch LayerNorm`` (``F.layer_norm`` over X permuted
+  to put the axis last, as ``nn.LayerNorm`` and timm's ``LayerNorm2d`` run it);
 * softmax rows of an input (``exp(X) / Σ exp(X)``, with or without the max subtracted):
   ``quack softmax`` (``quack.softmax.softmax_fwd``);
 * SwiGLU (``silu(X @ W_gate) · (X @ W_up)``, any batch axes): ``quack gated GEMM``
@@ -62,9 +65,10 @@ import torch.nn.functional as F
 from ..ir.dag import Graph
 from ..ir.ops import BINARY, UNARY
 from ..ir.semantics import align, band_mask, einsum_spec, relative_error
-from ..ir.patterns import (AttentionPattern, ContractionPattern, GemmPattern, RmsNormPattern,
-                           SoftmaxPattern, SwigluPattern, attention_pattern, contraction_pattern,
-                           gemm_pattern, rmsnorm_pattern, softmax_pattern, swiglu_pattern)
+from ..ir.patterns import (AttentionPattern, ContractionPattern, GemmPattern, LayerNormPattern,
+                           RmsNormPattern, SoftmaxPattern, SwigluPattern, attention_pattern,
+                           contraction_pattern, gemm_pattern, layernorm_pattern,
+                           rmsnorm_pattern, softmax_pattern, swiglu_pattern)
 from .records import PeerResult, TimingConfig
 from .timing import measure, short_error, synchronize
 
@@ -327,6 +331,22 @@ def _quack_rmsnorm(graph: Graph, p: RmsNormPattern) -> Callable[..., torch.Tenso
     return quack_rmsnorm
 
 
+def _torch_layernorm(graph: Graph, p: LayerNormPattern) -> Callable[..., torch.Tensor]:
+    """``torch.nn.functional.layer_norm`` (ATen's fused kernel) over X permuted to ``[rows...,
+    d]``, with ``γ`` and ``β`` as its weight and bias, permuted back: what a model's
+    ``nn.LayerNorm`` runs, and timm's ``LayerNorm2d`` for a channels-first X (the permuted
+    view made contiguous inside the call)."""
+    pos = {nid: i for i, nid in enumerate(graph.input_ids)}
+    d = graph.size(p.d)
+
+    def torch_layernorm(*args: torch.Tensor) -> torch.Tensor:
+        x = args[pos[p.x]].permute(*p.x_perm)
+        gain = None if p.gain is None else args[pos[p.gain]]
+        bias = None if p.bias is None else args[pos[p.bias]]
+        return F.layer_norm(x, (d,), gain, bias, p.eps).permute(*p.out_perm)
+    return torch_layernorm
+
+
 def _quack_softmax(graph: Graph, p: SoftmaxPattern) -> Callable[..., torch.Tensor]:
     """``quack.softmax.softmax_fwd(x[rows, n]) → [rows, n]`` (it subtracts the row max
     whether or not the graph does: the same function wherever the graph's is finite)."""
@@ -417,6 +437,9 @@ def _vendors(graph: Graph) -> dict[str, Callable[[], Callable[..., torch.Tensor]
     if r is not None:
         out["quack RMSNorm" + (" + cuBLAS" if r.w is not None else "")] = \
             lambda: _quack_rmsnorm(graph, r)
+    n = layernorm_pattern(graph)
+    if n is not None:
+        out["PyTorch LayerNorm"] = lambda: _torch_layernorm(graph, n)
     s = softmax_pattern(graph)
     if s is not None:
         out["quack softmax"] = lambda: _quack_softmax(graph, s)
