@@ -22,8 +22,15 @@
 #           1074.7 us unfused; peers eager, torch.compile, the merged cuBLAS GEMM) and
 #           llama3_attention_bshd (peers SDPA, and FA4 in its own layout when carried)
 #           through the suite.
+#   colfused (written 2026-12-05, fifth session) the GPU builds of the column-fused family
+#           (LayerNorm over channels-first activations, softmax over a middle axis), then
+#           convnext_layernorm2d and layernorm through the suite (estimated 11.0 us; 49.0
+#           before), both now beside F.layer_norm (the "PyTorch LayerNorm" peer).
+#   Run on an H100 in the fifth session (bench/results/2026-12-05b-session/): tests, suite,
+#   the splitk timing (not its trace), decode, contraction, layouts. Still owed: stale,
+#   colfused, the splitk trace, and everything again on an H200 for the bars.
 #   usage (GPU machine, repo root):
-#     bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk|decode|contraction|layouts
+#     bash bench/explore/owed_after_masks.sh tests|suite|stale|splitk|decode|contraction|layouts|colfused
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 if [[ ! -d /tmp/site/tilelang ]]; then mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/site.tar.xz; fi
@@ -64,5 +71,9 @@ case ${1:-} in
   layouts)
     SUITE_LIMIT=540 bash bench/gpu_suite.sh attention_out_proj,llama3_attention_bshd \
       --budget 4 --time-budget 40 --rounds 3 --processes 3 ;;
-  *) echo "usage: $0 tests|suite|stale|splitk|decode|contraction|layouts" >&2; exit 2 ;;
+  colfused)
+    GPU_TESTS_K="colfused" bash bench/gpu_tests.sh 240 tests/python/test_gpu_rows.py
+    SUITE_LIMIT=330 bash bench/gpu_suite.sh convnext_layernorm2d,layernorm --budget 4 --time-budget 40 \
+      --rounds 3 --processes 3 ;;
+  *) echo "usage: $0 tests|suite|stale|splitk|decode|contraction|layouts|colfused" >&2; exit 2 ;;
 esac
