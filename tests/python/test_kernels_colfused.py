@@ -226,11 +226,26 @@ def test_the_space_holds_the_reduced_axis_and_orders_by_bandwidth():
     assert colfused_grid(s, space[0]) == (math.ceil(3136 / space[0].block_cols), 32, 1)
 
 
-def test_a_reduced_axis_too_tall_to_hold_is_refused_by_name():
-    s = ColFusedSpec(2, 100_000, 64, (("x", "full", "float16"),), (RowStep("m", "max", "{x}"),),
+@pytest.mark.parametrize("red", [2049, 4096, 100_000])
+def test_a_reduced_axis_too_tall_to_hold_is_refused_by_name(red):
+    """2048 channels of one fp16 input hold; above, no tile leaves the expressions their
+    registers (a 4096-channel tile spilled under ptxas)."""
+    s = ColFusedSpec(2, red, 64, (("x", "full", "float16"),), (RowStep("m", "max", "{x}"),),
                      (("full", "{x} - {m}", "float16"),))
     with pytest.raises(LoweringError, match="too tall to hold"):
         colfused_config_space(s)
+    assert colfused_config_space(ColFusedSpec(2, 2048, 64, s.inputs, s.steps, s.outputs))
+
+
+def test_an_exp2_that_overflows_gives_inf_in_the_emulator():
+    """The emulator's exp2 returns inf past fp64's range, as the kernel's fp32 does (it
+    raised OverflowError)."""
+    s = ColFusedSpec(1, 2, 8, (("x", "full", "float16"),), (RowStep("s", "sum", "T.exp2({x})"),),
+                     (("out", "{s}", "float32"),))
+    out = np.zeros((1, 8))
+    log = tl_emulator.run(colfused_source(s, colfused_config_space(s)[0]), s.name,
+                          [np.full((1, 2, 8), 2000.0), out])
+    assert not log.reads and not log.writes and (out == np.inf).all()
 
 
 def test_an_empty_reduced_axis_gives_the_identities():
@@ -257,10 +272,22 @@ def test_an_empty_reduced_axis_gives_the_identities():
     (ColFusedSpec(2, 3, 4, (("x", "full", "float16"),), (), ()), "at least one output"),
     (ColFusedSpec(0, 3, 4, (("x", "full", "float16"),), (), (("full", "{x}", "float16"),)),
      "needs outer, inner >= 1"),
+    (ColFusedSpec(2, 3, 4, (("x", "full"),), (), (("full", "{x}", "float16"),)),
+     "inputs must be a tuple of 3-tuples"),
+    (ColFusedSpec(2, 3, 4, (("x", "full", "float16"),), (), (("full", "{x}"),)),
+     "outputs must be a tuple of 3-tuples"),
+    (ColFusedSpec(2, 3, 4, (("x", "full", "float16"),), (("m", "sum", "{x}"),),
+                  (("full", "{x}", "float16"),)), "steps must be a tuple of RowStep"),
+    (ColFusedSpec(2, 3, 4, (("x", "full", "float16"),), (RowStep("m", "sum", None),),
+                  (("full", "{x}", "float16"),)), "steps must be a tuple of RowStep"),
+    (ColFusedSpec(2, 3, 4, (("x", "full", "float16"),), (), (("full", "{x}", "float16"),),
+                  name="T"), "kernel's own names"),
 ])
 def test_bad_specs_are_refused_by_name(spec, match):
     with pytest.raises(LoweringError, match=match):
         check_colfused(spec)
+    with pytest.raises(LoweringError, match=match):  # the space checks its spec first
+        colfused_config_space(spec)
 
 
 @pytest.mark.parametrize("cfg,match", [

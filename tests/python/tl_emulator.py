@@ -137,6 +137,13 @@ def _exp(x):
         return math.inf
 
 
+def _exp2(x):
+    try:
+        return 2.0 ** x
+    except OverflowError:  # (a large negative power underflows to 0.0 without raising)
+        return math.inf
+
+
 T = types.SimpleNamespace(
     prim_func=lambda f: f,
     Tensor=lambda shape, dtype: None,
@@ -146,7 +153,7 @@ T = types.SimpleNamespace(
     fill=lambda b, v: b.__setitem__(Ellipsis, v),
     Cast=lambda dt, v: float(v),
     infinity=lambda dt: math.inf,
-    exp=_exp, exp2=lambda x: 2.0 ** x, tanh=math.tanh, max=max, min=min,
+    exp=_exp, exp2=_exp2, tanh=math.tanh, max=max, min=min,
     log=lambda x: math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan),
     sqrt=lambda x: math.sqrt(x) if x >= 0 else math.nan,
     rsqrt=lambda x: 1 / math.sqrt(x) if x > 0 else (math.inf if x == 0 else math.nan),

@@ -25,9 +25,13 @@ chip (``block_red``, the power of two at or above ``red``): every full input's
 ``[block_red, block_cols]`` tile is read from global memory once into registers, with the
 threads of a warp along the contiguous inner axis (the same bytes in the same order as a
 copy); each reduction is one cross-thread ``T.reduce_*(dim=0)``; each output is written
-once. The traffic is the minimum. A reduced extent too tall to hold (beyond 4096 for one
-fp16 input: :data:`MAX_RESIDENT_ELEMENTS` elements a thread and the register budget) is
-refused; the plans that split the kernel then lower instead.
+once. The traffic is the minimum. A reduced extent too tall to hold (beyond 2048 for one
+16-bit input: :data:`MAX_RESIDENT_ELEMENTS` elements a thread and the register budget) is
+refused; the plans that split the kernel then lower instead. Not expressed: inputs over
+other subsets of the axes (a per-``(n, c)`` scale after the norm; the column reduction
+gathers them, this family does not) and an empty outer or inner extent (refused; the other
+plans lower). Slow where the inner extent is below 8 (trailing axes of size 1): the column
+tile is 8 wide at least, so most lanes load the element another lane loads.
 
 Conventions (``docs/errors.md``, as the row-fused family's): padded positions of the reduced
 axis contribute each reduction's identity (0 for sum, ``-inf`` for max) and padded positions
@@ -120,12 +124,21 @@ def elements_per_thread(spec: ColFusedSpec, cfg: ColFusedConfig) -> int:
     return block_red(spec) * cfg.block_cols // cfg.threads
 
 
+#: Registers beside the held fragments and :data:`REGISTER_OVERHEAD`: the temporaries of a
+#: step's or an output's expression and the per-column loads. Without it, a softmax over a
+#: masked middle axis of 4096 held 64 elements a thread at 512 threads estimated 128
+#: registers, the budget, and ptxas 13.0 (sm_90a) spilled 176 bytes (review, 2026-12-05).
+EXPRESSION_REGISTERS = 16
+
+
 def register_estimate(spec: ColFusedSpec, cfg: ColFusedConfig) -> int:
     """32-bit registers a thread needs: every full input's tile in its dtype and one fp32
-    accumulator (``E`` elements each) plus the row families' measured overhead."""
+    accumulator (``E`` elements each), the row families' measured overhead, and
+    :data:`EXPRESSION_REGISTERS`."""
     words = sum(_dtype(dt).itemsize for _, kind, dt in spec.inputs if kind == "full") / 4
     words += 1 if any(s.op != "row" for s in spec.steps) else 0
-    return math.ceil(elements_per_thread(spec, cfg) * words) + REGISTER_OVERHEAD
+    return (math.ceil(elements_per_thread(spec, cfg) * words) + REGISTER_OVERHEAD
+            + EXPRESSION_REGISTERS)
 
 
 def colfused_grid(spec: ColFusedSpec, cfg: ColFusedConfig) -> tuple[int, int, int]:
@@ -147,6 +160,17 @@ def check_colfused(spec: ColFusedSpec) -> None:
     if not isinstance(s, ColFusedSpec):
         raise LoweringError(f"a column-fused kernel takes a ColFusedSpec, got "
                             f"{type(s).__name__}")
+    for what, group, size in (("input", s.inputs, 3), ("output", s.outputs, 3)):
+        if not isinstance(group, tuple) or not all(
+                isinstance(x, tuple) and len(x) == size and all(isinstance(f, str) for f in x)
+                for x in group):
+            raise LoweringError(f"column-fused spec {what}s must be a tuple of "
+                                f"{size}-tuples of strings, got {group!r}")
+    if not isinstance(s.steps, tuple) or not all(
+            isinstance(st, RowStep) and all(isinstance(f, str) for f in
+                                            (st.name, st.op, st.expr)) for st in s.steps):
+        raise LoweringError(f"column-fused spec steps must be a tuple of RowStep of strings, "
+                            f"got {s.steps!r}")
     for field in ("outer", "red", "inner"):
         v = getattr(s, field)
         if isinstance(v, bool) or not isinstance(v, int):
@@ -156,6 +180,9 @@ def check_colfused(spec: ColFusedSpec) -> None:
                             f"[{s.outer}, {s.red}, {s.inner}]")
     check_elements(s.outer * max(s.red, 1), s.inner, "column-fused view")
     check_name(s.name, "kernel name")
+    if s.name in _OWN:
+        raise LoweringError(f"kernel name {s.name!r} is one of the kernel's own names "
+                            f"{sorted(_OWN)}")
     names = check_inputs_and_steps(s.inputs, s.steps, _KINDS)
     own = [n for n in names if n in _OWN or n.endswith("_f") and n[:-2] in names]
     if own or len(set(names)) != len(names):
@@ -247,9 +274,11 @@ def colfused_config_space(spec: ColFusedSpec, limit: int | None = 12) -> list[Co
     Deterministic.
 
     Raises:
-        LoweringError: no tile fits: a reduced extent too tall to hold (the message gives
-            what the narrowest tile at the most threads would need).
+        LoweringError: an invalid spec (:func:`check_colfused`), or no tile fits: a reduced
+            extent too tall to hold (the message gives what the narrowest tile at the most
+            threads would need).
     """
+    check_colfused(spec)
     cands = []
     br = block_red(spec)
     for threads in (32, 64, 128, 256, 512, 1024):
