@@ -23,7 +23,8 @@
 #           llama3_attention_bshd (peers SDPA, and FA4 in its own layout when carried)
 #           through the suite.
 #   colfused (written 2026-12-05, fifth session) the GPU builds of the column-fused family
-#           (LayerNorm over channels-first activations, softmax over a middle axis), then
+#           (LayerNorm over channels-first activations, softmax over a middle axis) and of
+#           the row-fused kernels that gather (a DiT block's adaLN), then
 #           convnext_layernorm2d and layernorm through the suite (estimated 11.0 us; 49.0
 #           before), both now beside F.layer_norm (the "PyTorch LayerNorm" peer).
 #   Run on an H100 in the fifth session (bench/results/2026-12-05b-session/): tests, suite,
@@ -72,7 +73,7 @@ case ${1:-} in
     SUITE_LIMIT=540 bash bench/gpu_suite.sh attention_out_proj,llama3_attention_bshd \
       --budget 4 --time-budget 40 --rounds 3 --processes 3 ;;
   colfused)
-    GPU_TESTS_K="colfused" bash bench/gpu_tests.sh 240 tests/python/test_gpu_rows.py
+    GPU_TESTS_K="colfused or dit" bash bench/gpu_tests.sh 280 tests/python/test_gpu_rows.py
     SUITE_LIMIT=330 bash bench/gpu_suite.sh convnext_layernorm2d,layernorm --budget 4 --time-budget 40 \
       --rounds 3 --processes 3 ;;
   *) echo "usage: $0 tests|suite|stale|splitk|decode|contraction|layouts|colfused" >&2; exit 2 ;;

@@ -192,6 +192,7 @@ class Build:
 
 def _builds() -> list[Build]:
     from convnext_layernorm2d import convnext_layernorm2d
+    from test_kernels_rows import g_dit_modulate
     from layernorm import layernorm
     from mixtral_moe_combine import mixtral_moe_combine
     from residual_rmsnorm import residual_rmsnorm
@@ -201,6 +202,7 @@ def _builds() -> list[Build]:
     sm = _softmax(1000, 1000)
     ln = layernorm(t=100, d=768)
     cnx = convnext_layernorm2d(n=2, c=96, h=7, w=9)
+    dit = g_dit_modulate(b=3, t=77, d=1152)
     out = [
         # softmax alone: stabilised one-pass (resident), several rows per block, streamed
         Build("softmax-1000", sm, _fused(sm, "stabilize_softmax")),
@@ -365,6 +367,11 @@ def _builds() -> list[Build]:
               _literal(_middle_max(4, 37, 300)), family="colreduce", exact=True),
         Build("colreduce-softmax-middle", _softmax_middle(3, 37, 300),
               _with_family(_softmax_middle(3, 37, 300), "colreduce"), family="colreduce"),
+        # row-fused with gathered inputs: a DiT block's adaLN (scale[b, d], shift[b, d] of a
+        # [b, t, d] LayerNorm), resident and streamed
+        Build("rowfused-dit-modulate", dit, _with_family(dit, "rowfused", kernels=1)),
+        Build("rowfused-dit-modulate-streamed", dit, _with_family(dit, "rowfused", kernels=1),
+              config={"k0.block_rows": 1, "k0.block_cols": 256, "k0.threads": 128}),
         # column-fused: a norm / softmax over a middle axis in one kernel, the reduced axis
         # held on chip (ragged inner tiles, a reduced extent that is not a power of two, a
         # large mean, bf16, a grid folded past y's limit)

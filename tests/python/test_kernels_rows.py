@@ -179,6 +179,28 @@ def g_head_weighted_sum(b=2, h=3, t=4):
     return bld.build()
 
 
+def g_dit_modulate(b=2, t=3, d=5):
+    """A DiT block's adaLN: LayerNorm over ``d`` without affine, then ``· (1 + scale[b, d]) +
+    shift[b, d]`` (per sample and channel: gathered by a row kernel over ``[b, t, d]``)."""
+    bld = DagBuilder("dit_modulate", [("b", b), ("t", t), ("d", d)])
+    x = bld.input("X", ["b", "t", "d"])
+    xc = bld.sub(x, bld.mean("d", x))
+    y = bld.mul(xc, bld.rsqrt(bld.add(bld.mean("d", bld.square(xc)), bld.eps_const(1e-6))))
+    y = bld.mul(y, bld.add(bld.const(1.0), bld.input("scale", ["b", "d"])))
+    bld.output(bld.add(y, bld.input("shift", ["b", "d"])))
+    return bld.build()
+
+
+def g_head_temperature_softmax(h=2, t_q=3, t_kv=5):
+    """A softmax over ``t_kv`` of scores divided by a per-head temperature ``tau[h]`` (a
+    per-row gather of a ``[h, t_q, t_kv]`` row kernel)."""
+    b = DagBuilder("head_temperature_softmax", [("h", h), ("t_q", t_q), ("t_kv", t_kv)])
+    z = b.div(b.input("S", ["h", "t_q", "t_kv"]), b.input("tau", ["h"]))
+    e = b.exp(b.sub(z, b.red("max", "t_kv", z)))
+    b.output(b.div(e, b.red("sum", "t_kv", e)))
+    return b.build()
+
+
 def one_kernel_plan(graph, stream=None) -> Plan:
     """Every computed node in one kernel streaming ``stream``, its grid the last two axes of
     its domain other than ``stream`` (what rule ``fuse_rows`` and completion make of it)."""
@@ -237,13 +259,16 @@ def run_rowfused(spec: RowFusedSpec, arrays: dict) -> list:
     """Every output of a row-fused spec: per row its steps in order, then its outputs."""
     res = [np.zeros((spec.rows, spec.cols)) if kind == "full" else [] for kind, _, _ in
            spec.outputs]
+    per_row = [gt for gt in spec.gathers if gt.name in spec.per_row_gathers()]
     for r in range(spec.rows):
         rowvals = {n: arrays[n][r] for n, k, _ in spec.inputs if k == "row"}
+        rowvals.update(_gathered(per_row, arrays, _row=r))
 
         def elem(c):
             v = dict(rowvals)
             v.update({n: arrays[n][(r, c) if k == "full" else c] for n, k, _ in spec.inputs
                       if k != "row"})
+            v.update(_gathered(spec.gathers, arrays, _row=r, _col=c))
             return v
         for st in spec.steps:
             if st.op == "row":
@@ -690,14 +715,14 @@ def test_matcher_refusals_are_typed():
     with pytest.raises(LoweringError, match="innermost") as e:
         match_rowfused(one_kernel_plan(g, "m"), 0, "float16")
     assert e.value.path == "kernels[0]"
-    # an input that is neither full, row nor column of the domain
+    # an input that is neither full, row nor column of the domain is gathered at its offset
     b = DagBuilder("batched", [("b", 2), ("m", 6), ("d", 5)])
     x = b.input("X", ["b", "m", "d"])
     w = b.input("W", ["b", "d"])
     y = b.mul(x, w)
     b.output(b.div(y, b.red("sum", "d", y)))
-    with pytest.raises(LoweringError, match="neither full, row nor column"):
-        match_rowfused(one_kernel_plan(b.build(), "d"), 0, "float16")
+    kl = match_rowfused(one_kernel_plan(b.build(), "d"), 0, "float16")
+    assert [(gt.extent, gt.index) for gt in kl.spec.gathers] == [(10, "({_row} // 6) * 5 + {_col}")]
 
 
 def _example_graphs():
@@ -711,7 +736,8 @@ def _example_graphs():
             g_causal(h=2, t_q=3, t_kv=4), g_sum(m=5, d=6, fn="max"),
             g_unary("gelu_tanh", m=3, d=5), g_pool(b=2, t=5, d=7), g_moe_combine(e=3, t=4, d=5),
             g_softmax_middle(b=2, h=3, t=4), g_head_scale(h=3, t=2, d=5),
-            g_middle_max_masked(h=3, t_q=4, t_kv=5), g_head_weighted_sum(b=2, h=3, t=4)]
+            g_middle_max_masked(h=3, t_q=4, t_kv=5), g_head_weighted_sum(b=2, h=3, t=4),
+            g_dit_modulate(b=2, t=3, d=5), g_head_temperature_softmax(h=2, t_q=3, t_kv=5)]
 
 
 @pytest.mark.parametrize("g", _example_graphs(), ids=lambda g: g.name)

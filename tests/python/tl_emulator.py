@@ -166,6 +166,7 @@ T = types.SimpleNamespace(
     copy=_copy, region=Region, gemm=_gemm,
     GemmWarpPolicy=types.SimpleNamespace(FullRow="FullRow", Square="Square", FullCol="FullCol"),
     annotate_pass_configs=lambda configs: None, use_swizzle=lambda panel_size=None: None,
+    annotate_min_blocks_per_sm=lambda n: None, abs=abs,
 )
 
 

@@ -72,8 +72,8 @@ def rowfused_source(spec: RowFusedSpec, cfg: RowFusedConfig) -> str:
 
     Assumes ``import tilelang`` and ``import tilelang.language as T`` in its module.
     prim_func parameters: the inputs in order (``[rows, cols]``, ``[rows]`` or ``[cols]`` by
-    kind, each in its dtype), then ``Out``, ``Out1``, ... (``[rows, cols]`` or ``[rows]`` by
-    kind, each in its dtype). Grid: :func:`~.rowfused_spec.rowfused_grid`.
+    kind, each in its dtype), the gathers (``[extent]``), then ``Out``, ``Out1``, ...
+    (``[rows, cols]`` or ``[rows]`` by kind, each in its dtype). Grid: :func:`~.rowfused_spec.rowfused_grid`.
 
     Raises:
         LoweringError: an invalid spec or configuration (registers, grid).
@@ -116,6 +116,11 @@ class _Writer:
         # fields of an expression of one row (a T.Parallel(block_rows) loop)
         self.row_fields = {n: f'T.Cast("float32", {n}[{rowc}])'
                            for n, kind, _ in s.inputs if kind == "row"}
+        # gathers read at their offset of the (clamped: always in bounds) position
+        gathered = {g.name: f'T.Cast("float32", {g.name}['
+                            f'{g.index.format(**{ROW_FIELD: f"({rowc})", COL_FIELD: f"({colc})"})}])'
+                    for g in s.gathers}
+        self.row_fields.update({n: gathered[n] for n in s.per_row_gathers()})
         self.row_fields.update(steps)
         self.row_fields[ROW_FIELD] = f"({self.row})"
         # fields of an expression of one element (a T.Parallel(block_rows, block_cols) loop)
@@ -130,6 +135,7 @@ class _Writer:
             elif kind == "col":
                 at = f"{n}_s[{self.col}]" if self.prefetched else f"{n}[{colc}]"
                 self.elem_fields[n] = f'T.Cast("float32", {at})'
+        self.elem_fields.update(gathered)
         self.elem_fields[COL_FIELD] = f"({self.col})"
         guards = ([f"{self.row} < {s.rows}"] if self.ragged_rows else []) + \
                  ([f"{self.col} < {s.cols}"] if self.ragged_cols else [])
@@ -164,6 +170,8 @@ class _Writer:
                 shape = {"full": (s.rows, s.cols), "row": (s.rows,), "col": (s.cols,)}
                 for n, kind, dt in s.inputs:
                     e(f'{n}: T.Tensor({shape[kind]}, "{dt}"),')
+                for g in s.gathers:
+                    e(f'{g.name}: T.Tensor(({g.extent},), "{g.dtype}"),')
                 for name, (kind, _, dt) in outs:
                     e(f'{name}: T.Tensor({shape[kind]}, "{dt}"),')
             e("):")

@@ -45,10 +45,10 @@ from dataclasses import dataclass, replace
 from ...dtypes import dtype as _dtype
 from ...errors import LoweringError
 from ..target import HOPPER
-from .row_launch import COL_FIELD, ROW_FIELD, check_elements, check_grid
+from .row_launch import COL_FIELD, ROW_FIELD, Gather, check_elements, check_gathers, check_grid
 from .rowwise import (RowConfig, check_fields, check_name, check_reduction_width,
                       check_row_config)
-from .spec_checks import check_dtype
+from .spec_checks import check_dtype, format_fields
 from .tiling import ceil_div, check_padded, round_up
 
 #: Names the generated kernel uses itself (beside :func:`.rowwise.check_name`'s).
@@ -119,6 +119,11 @@ class RowFusedSpec:
             steps and ``{_row}`` only).
         online: max/sum pairs a streamed kernel computes in one pass.
         name: Python identifier; the builder is ``build_<name>``.
+        gathers: inputs read at a computed offset (:class:`~.row_launch.Gather`: a tensor
+            over other axes of the kernel's, a DiT block's per-sample ``scale[b, d]`` in a
+            ``[b, t, d]`` LayerNorm), after ``inputs`` in the parameter order. An index over
+            ``{_row}`` alone is per row (row expressions may read it); one over ``{_col}``
+            is per element.
     """
 
     rows: int
@@ -128,6 +133,12 @@ class RowFusedSpec:
     outputs: tuple[tuple[str, str, str], ...]
     online: tuple[OnlinePair, ...] = ()
     name: str = "rowfused"
+    gathers: tuple[Gather, ...] = ()
+
+    def per_row_gathers(self) -> tuple[str, ...]:
+        """The gathers whose index does not read the column."""
+        return tuple(g.name for g in self.gathers
+                     if COL_FIELD not in format_fields(g.index, g.name))
 
     def full_inputs(self) -> tuple[str, ...]:
         return tuple(n for n, kind, _ in self.inputs if kind == "full")
@@ -272,6 +283,10 @@ def check_rowfused(spec: RowFusedSpec) -> None:
     check_elements(s.rows, s.cols, "row-fused view")
     check_name(s.name, "kernel name")
     names = check_inputs_and_steps(s.inputs, s.steps, ("full", "row", "col"))
+    if not isinstance(s.gathers, tuple):
+        raise LoweringError(f"gathers must be a tuple of Gather, got {s.gathers!r}")
+    check_gathers(s.gathers, (ROW_FIELD, COL_FIELD), check_name)
+    names += [g.name for g in s.gathers]
     steps = {st.name for st in s.steps}
     own = [n for n in names if n in _OWN or n[-2:] in ("_f", "_s") and n[:-2] in names
            or n.startswith(STAGE_PREFIX)
@@ -283,8 +298,8 @@ def check_rowfused(spec: RowFusedSpec) -> None:
     if not s.outputs:
         raise LoweringError("a row-fused kernel writes at least one output")
     kinds = {n: kind for n, kind, _ in s.inputs}
-    every = set(kinds)
-    rowish = {n for n, kind in kinds.items() if kind == "row"}
+    every = set(kinds) | {g.name for g in s.gathers}
+    rowish = {n for n, kind in kinds.items() if kind == "row"} | set(s.per_row_gathers())
     earlier: set[str] = set()
     for st in s.steps:
         if st.op == "row":

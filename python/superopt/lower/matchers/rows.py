@@ -250,8 +250,10 @@ def _online_pairs(g: Graph, steps: list[tuple[NodeId, RowStep]],
 
 def _streamed_nodes(plan: Plan, k: int, a: str, per: tuple, what: str) -> set[NodeId]:
     """Check that kernel ``k``, which streams ``a``, holds only reductions over ``a`` to
-    ``per`` (a row's or a column's axes) and elementwise nodes over its domain, ``per``,
-    ``[a]`` or no axis; the nodes that (transitively, in the kernel) read a reduction.
+    ``per`` (a row's or a column's axes) and elementwise nodes over axes of its domain (those
+    over ``per`` that follow a reduction become steps; the others are inlined into the
+    expressions that read them); the nodes that (transitively, in the kernel) read a
+    reduction.
 
     Raises:
         LoweringError: naming the node that is neither (``what``: the family, for the text).
@@ -259,7 +261,6 @@ def _streamed_nodes(plan: Plan, k: int, a: str, per: tuple, what: str) -> set[No
     g = plan.graph
     dom = plan.domain(k)
     path = f"kernels[{k}]"
-    shapes = (set(dom), set(per), {a}, set())
     depends: set[NodeId] = set()
     for n in plan.kernels[k].nodes:
         node = g.nodes[n]
@@ -274,10 +275,9 @@ def _streamed_nodes(plan: Plan, k: int, a: str, per: tuple, what: str) -> set[No
         elif not node.is_elementwise:
             raise LoweringError(f"kernel {k}: node {n} ({node.describe()}) is neither "
                                 "elementwise nor a reduction", path=path)
-        elif not any(set(node.axes) == s for s in shapes):
-            raise LoweringError(f"kernel {k}: node {n} has axes {list(node.axes)}, which is "
-                                f"neither the domain {list(dom)}, {list(per)}, [{a}] nor a "
-                                "scalar", path=path)
+        elif not set(node.axes) <= set(dom):
+            raise LoweringError(f"kernel {k}: node {n} has axes {list(node.axes)}, which are "
+                                f"not among its domain's {list(dom)}", path=path)
         if any(x in depends for x in node.args):
             depends.add(n)
     return depends
@@ -311,7 +311,9 @@ def _streamed_steps(plan: Plan, k: int, per: tuple, depends: set[NodeId],
 def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
     """A kernel that streams an axis ``a`` of its own domain ``[rows..., a]``: its reductions
     over ``a`` (each per row), the per-row and full-domain elementwise nodes around them, and
-    its outputs over ``[rows..., a]`` or ``[rows...]`` (several allowed)."""
+    its outputs over ``[rows..., a]`` or ``[rows...]`` (several allowed). Inputs over the
+    domain, a row or ``[a]`` are tiles; one over any other subset of the domain's axes (a
+    per-sample modulation ``scale[b, d]`` of a ``[b, t, d]`` LayerNorm) is gathered."""
     g = plan.graph
     kern = plan.kernels[k]
     a = kern.stream
@@ -330,19 +332,20 @@ def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
     _check_extent(rows, cols, k)
     depends = _streamed_nodes(plan, k, a, row_axes, "row-fused")
     env: dict[NodeId, str] = {}
-    inputs, params = [], []
+    index = _index(g, row_axes, a)
+    inputs, params, gathers, gathered = [], [], [], []
     for x in plan.external_args(k):
         axes = g.nodes[x].axes
         kind = ("full" if axes == dom else "row" if axes == row_axes else
                 "col" if axes == (a,) else None)
-        if kind is None:
-            raise LoweringError(f"kernel {k} reads node {x} with axes {list(axes)}, which is "
-                                f"neither full, row nor column of {list(dom)}", path=path)
         env[x] = _field(x)
+        if kind is None:  # over other axes of the domain: read at its offset
+            gathers.append(_gather(plan, x, index, dtype, dom, k))
+            gathered.append((x, (gathers[-1].extent,)))
+            continue
         inputs.append((tensor_name(x), kind, storage_dtype(plan, x, dtype)))
         params.append((x, {"full": (rows, cols), "row": (rows,), "col": (cols,)}[kind]))
     outs = kernel_outputs(plan, k)
-    index = _index(g, row_axes, a)
     steps = _streamed_steps(plan, k, row_axes, depends, env, index)
     outputs, views = [], []
     for o in outs:
@@ -356,9 +359,9 @@ def match_rowfused(plan: Plan, k: int, dtype: str) -> KernelLowering:
         views.append((o, (rows, cols) if kind == "full" else (rows,)))
     spec = RowFusedSpec(rows, cols, tuple(inputs), tuple(st for _, st in steps),
                         tuple(outputs), _online_pairs(g, steps, set(kern.nodes)),
-                        name=f"k{k}_rowfused")
-    return KernelLowering(k, "rowfused", spec, tuple(params), views[0][0], views[0][1],
-                          more_outputs=tuple(views[1:]))
+                        name=f"k{k}_rowfused", gathers=tuple(gathers))
+    return KernelLowering(k, "rowfused", spec, tuple(params + gathered), views[0][0],
+                          views[0][1], more_outputs=tuple(views[1:]))
 
 
 # -- column-fused kernels ----------------------------------------------------------------------
