@@ -252,6 +252,8 @@ class _Writer:
 
     def _load(self) -> None:
         s, e = self.s, self.e
+        if not s.full_inputs():  # every element read through row/column inputs or gathers
+            return
         guard = " and ".join(([f"{self.row} < {s.rows}"] if self.ragged_rows else []) +
                              ([f"{self.col} < {s.cols}"] if self.ragged_cols else []))
         e(self.parallel)

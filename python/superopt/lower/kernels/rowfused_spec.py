@@ -422,7 +422,8 @@ def rowfused_passes(spec: RowFusedSpec, cfg: RowFusedConfig) -> list[set[str]]:
 
 def rowfused_bytes(spec: RowFusedSpec, cfg: RowFusedConfig) -> int:
     """Global-memory bytes one launch moves under ``cfg``: the full inputs of every pass
-    (:func:`rowfused_passes`), each row and column input once, every output once."""
+    (:func:`rowfused_passes`), each row and column input and each gather once, every output
+    once."""
     s = spec
     size = {n: _dtype(dt).itemsize for n, _, dt in s.inputs}
     total = sum(size[n] * s.rows * s.cols for p in rowfused_passes(s, cfg) for n in p)
@@ -430,19 +431,24 @@ def rowfused_bytes(spec: RowFusedSpec, cfg: RowFusedConfig) -> int:
         total += {"full": 0, "row": s.rows, "col": s.cols}[kind] * size[n]
     for kind, _, dt in s.outputs:
         total += (s.rows * s.cols if kind == "full" else s.rows) * _dtype(dt).itemsize
-    return total
+    return total + _gather_bytes(s)
+
+
+def _gather_bytes(spec: RowFusedSpec) -> int:
+    """The gathers, each read once (their re-reads across rows and passes hit the caches)."""
+    return sum(g.extent * _dtype(g.dtype).itemsize for g in spec.gathers)
 
 
 def rowfused_min_bytes(spec: RowFusedSpec) -> int:
-    """The least bytes any kernel computing ``spec`` moves: every input read once, every
-    output written once."""
+    """The least bytes any kernel computing ``spec`` moves: every input (gathers too) read
+    once, every output written once."""
     s = spec
     total = 0
     for n, kind, dt in s.inputs:
         total += {"full": s.rows * s.cols, "row": s.rows, "col": s.cols}[kind] * _dtype(dt).itemsize
     for kind, _, dt in s.outputs:
         total += (s.rows * s.cols if kind == "full" else s.rows) * _dtype(dt).itemsize
-    return total
+    return total + _gather_bytes(s)
 
 
 def rowfused_cost(spec: RowFusedSpec, cfg: RowFusedConfig) -> tuple:
