@@ -323,7 +323,7 @@ def colfused_source(spec: ColFusedSpec, cfg: ColFusedConfig) -> str:
     br, bc = block_red(s), c.block_cols
     ncb = ceil_div(s.inner, bc)
     grid = colfused_grid(s, c)
-    folded = grid[1] == 1 and s.outer > 1 and fold_grid(ncb, s.outer)
+    folded = fold_grid(ncb, s.outer)  # (colfused_grid's own test)
     ob = (f"(b // {ncb})" if ncb > 1 else "b") if folded else "by"
     cb = (f"(b % {ncb})" if ncb > 1 else "0") if folded else "bx"
     col = f"({cb} * {bc} + j)"
